@@ -1,0 +1,50 @@
+# Transformer Katas. `make help` lists the targets.
+# Set-up is automatic: the first target that needs Python creates .venv with the
+# pinned requirements. To use an interpreter you already have (say, one with a
+# CUDA build of torch), pass it: make grade PYTHON=python3
+.DEFAULT_GOAL := help
+.PHONY: help setup grade check test stubs
+
+VENV        ?= .venv
+BASE_PYTHON ?= python3
+PYTHON      ?= $(VENV)/bin/python
+ARGS        ?=
+KATA        ?=
+
+ifeq ($(PYTHON),$(VENV)/bin/python)
+SETUP := $(VENV)/.installed
+else
+SETUP := check-python
+endif
+
+help: ## list the targets
+	@echo "Transformer Katas: edit a stub under katas/, then grade it."
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  make \1\t\2/' | expand -t 22
+	@echo "Variables: KATA=name, ARGS=\"grader options\" (see: $(PYTHON) grader.py --help), PYTHON=your-python"
+
+setup: $(SETUP) ## create .venv with the pinned dependencies (done automatically)
+
+$(VENV)/.installed: requirements.txt
+	@$(BASE_PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
+		|| { echo "error: Python 3.11 or newer is needed (tried $(BASE_PYTHON)); pass BASE_PYTHON=python3.12 or similar"; exit 1; }
+	@echo "Setting up $(VENV) (first run only; torch takes about a minute)..."
+	@$(BASE_PYTHON) -m venv $(VENV)
+	@$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt $(PIP_ARGS)
+	@touch $@
+
+check-python:
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ needed"; import torch, numpy, pytest, pytest_timeout' \
+		|| { echo "error: $(PYTHON) lacks a dependency; install the rest with: $(PYTHON) -m pip install numpy pytest pytest-timeout"; exit 1; }
+
+grade: $(SETUP) ## grade every kata under katas/ (ARGS="--impl solutions" etc.)
+	@$(PYTHON) grader.py $(ARGS)
+
+check: $(SETUP) ## grade one kata: make check KATA=causal_mask
+	@test -n "$(KATA)" || { echo "error: name the kata, e.g. make check KATA=causal_mask"; exit 2; }
+	@$(PYTHON) grader.py --kata $(KATA) $(ARGS)
+
+test: $(SETUP) ## run the whole test suite: solutions pass, stubs are todo, mutants are rejected
+	@$(PYTHON) -m pytest tests --impl solutions $(ARGS)
+
+stubs: $(SETUP) ## (maintainers) regenerate katas/ from solutions/ where the stub is untouched
+	@$(PYTHON) grader.py stubs --write

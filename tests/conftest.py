@@ -1,0 +1,161 @@
+"""Pytest wiring for the kata tests.
+
+Options: --impl (which kata files to test), --seed (replay hidden shapes), --device,
+and --results (used by grader.py: one JSON line per test outcome, in a file the grader
+owns, so nothing the learner prints can forge a result).
+"""
+import json
+import random
+import zlib
+from pathlib import Path
+
+import pytest
+import torch
+
+from kata_testing import MESSAGE_LIMIT, load_kata
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("katas", "Transformer Katas")
+    group.addoption("--impl", default="katas",
+                    help="folder of kata files to test (katas, solutions or any folder), or one kata file")
+    group.addoption("--seed", type=int, default=None, help="replay the hidden shapes of an earlier run")
+    group.addoption("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                    help="auto: CPU, plus CUDA when available (skipped otherwise)")
+    group.addoption("--results", default=None, help="(grader) append one JSON line per test outcome to this file")
+
+
+def pytest_configure(config):
+    seed = config.getoption("seed")
+    config.kata_seed = random.SystemRandom().randrange(1_000_000) if seed is None else seed
+    results = config.getoption("results")
+    if results:
+        config.pluginmanager.register(ResultWriter(Path(results), config), "kata-results")
+
+
+def pytest_report_header(config):
+    return f"kata seed: {config.kata_seed} (replay with --seed {config.kata_seed}); implementation: {impl_root(config)}"
+
+
+def impl_root(config) -> Path:
+    impl = Path(config.getoption("impl"))
+    return impl if impl.is_absolute() else Path(config.invocation_params.dir) / impl
+
+
+def impl_path(config, kata: str) -> Path:
+    root = impl_root(config)
+    return root if root.suffix == ".py" else root / f"{kata}.py"
+
+
+def devices(config) -> list:
+    choice = config.getoption("device")
+    if choice != "auto":
+        return [choice]
+    no_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
+    return ["cpu", pytest.param("cuda", marks=no_cuda)]
+
+
+def pytest_generate_tests(metafunc):
+    if "device" in metafunc.fixturenames:
+        metafunc.parametrize("device", devices(metafunc.config))
+
+
+@pytest.fixture(scope="module")
+def kata(request):
+    """The module under test, imported from --impl; each test module names KATA and SYMBOL."""
+    module = request.module
+    return load_kata(impl_path(request.config, module.KATA), module.SYMBOL)
+
+
+@pytest.fixture
+def other_device(request) -> str:
+    """A device besides the CPU, to prove results follow the requested device: CUDA when
+    present (and --device allows it), else "meta", which has shapes and devices but no values."""
+    return "cuda" if torch.cuda.is_available() and request.config.getoption("device") != "cpu" else "meta"
+
+
+@pytest.fixture
+def seed(request) -> int:
+    """Per-test seed, derived from the run's seed and the test's id so --seed replays it."""
+    return zlib.crc32(f"{request.config.kata_seed}:{request.node.nodeid}".encode())
+
+
+@pytest.fixture
+def rng(seed) -> random.Random:
+    return random.Random(seed)
+
+
+@pytest.fixture
+def gen(seed) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.failed:
+        report.sections.append(("kata seed", f"replay with --seed {item.config.kata_seed}"))
+        if call.excinfo is not None:
+            report.kata_error = describe_error(item, call.excinfo)
+    return report
+
+
+def describe_error(item, excinfo) -> tuple[str, str]:
+    """(exception type, one-paragraph message), pointing into the kata file when it raised there."""
+    error = excinfo.value
+    kind = type(error).__name__
+    text = str(error) if isinstance(error, AssertionError) else f"{kind}: {error}".rstrip(": ")
+    kata_name = getattr(item.module, "KATA", None)
+    if kata_name and not isinstance(error, AssertionError):
+        kata_file = impl_path(item.config, kata_name).resolve()
+        lines = [entry.lineno + 1 for entry in excinfo.traceback if Path(str(entry.path)).resolve() == kata_file]
+        if lines:
+            text += f" (raised at {kata_file.name}, line {lines[-1]})"
+    return kind, text if len(text) <= MESSAGE_LIMIT else text[:MESSAGE_LIMIT] + " ..."
+
+
+def sentence(item) -> str:
+    """test_output_matches_reference[float32-cpu] -> 'output matches reference [float32-cpu]'."""
+    name = item.originalname.removeprefix("test_").replace("_", " ")
+    params = item.name[len(item.originalname):]
+    return f"{name} {params}".strip()
+
+
+class ResultWriter:
+    """Appends JSON lines: collected tests, then each test's outcome, then the exit status.
+
+    Written as the run goes, so a crash or a kill still leaves the outcomes so far.
+    """
+
+    def __init__(self, path: Path, config):
+        self.file = path.open("a", encoding="utf-8")
+        self.config = config
+        self.outcomes: dict[str, dict] = {}
+        self._write(event="start", seed=config.kata_seed)
+
+    def _write(self, **record):
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+
+    def pytest_collection_finish(self, session):
+        self.names = {item.nodeid: sentence(item) for item in session.items}
+        self._write(event="collected", tests=list(self.names))
+
+    def pytest_runtest_logreport(self, report):
+        outcome = self.outcomes.setdefault(report.nodeid, {"outcome": "passed"})
+        if report.failed and outcome["outcome"] != "failed":
+            kind, text = getattr(report, "kata_error", ("Error", report.longreprtext[-MESSAGE_LIMIT:]))
+            outcome.update(outcome="failed", error=kind, message=text)
+        elif report.skipped and outcome["outcome"] == "passed":
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            outcome.update(outcome="skipped", message=reason.removeprefix("Skipped: "))
+
+    def pytest_runtest_logfinish(self, nodeid, location):
+        outcome = self.outcomes.get(nodeid, {"outcome": "failed", "message": "no report"})
+        self._write(event="test", nodeid=nodeid, name=self.names.get(nodeid, nodeid), **outcome)
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        self._write(event="finish", exitstatus=int(exitstatus))
+        self.file.close()

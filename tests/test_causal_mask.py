@@ -1,0 +1,46 @@
+"""causal_mask: judged against nn.Transformer.generate_square_subsequent_mask."""
+import pytest
+import torch
+from torch import nn
+
+from kata_testing import assert_equal_mask, call_repr, check_tensor_kind
+
+KATA = "causal_mask"
+SYMBOL = "causal_mask"
+
+
+def reference(seq_len: int, device="cpu") -> torch.Tensor:
+    return nn.Transformer.generate_square_subsequent_mask(seq_len, device=torch.device(device)) == float("-inf")
+
+
+def hidden_lengths(rng) -> list[int]:
+    return [1, *rng.sample(range(2, 40), 4)]
+
+
+def test_matches_generate_square_subsequent_mask(kata, rng):
+    for n in hidden_lengths(rng):
+        assert_equal_mask(kata.causal_mask(n), reference(n), call=call_repr("causal_mask", n))
+
+
+@pytest.mark.parametrize("device_type", ["cpu", "other"])
+def test_mask_is_built_on_the_requested_device(kata, rng, device_type, other_device):
+    device = torch.device("cpu" if device_type == "cpu" else other_device)
+    n = rng.randrange(2, 20)
+    call = call_repr("causal_mask", n, device=device)
+    got = kata.causal_mask(n, device=device)
+    if device.type == "meta":  # meta tensors have a shape and a device but no values
+        check_tensor_kind(got, reference(n, device), call=call, what="a mask")
+    else:
+        assert_equal_mask(got, reference(n, device), call=call)
+
+
+def test_prints_nothing(kata, capfd):
+    kata.causal_mask(5)
+    out, err = capfd.readouterr()
+    assert not out and not err, f"causal_mask(5) printed {(out + err)[:200]!r}; a library function should print nothing"
+
+
+def benchmark(kata, device):
+    """(kata call, reference call) at a realistic size, for the grader's timing."""
+    n = 1024
+    return (lambda: kata.causal_mask(n, device=device)), (lambda: reference(n, device))

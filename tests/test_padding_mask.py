@@ -1,0 +1,82 @@
+"""padding_mask: judged against arange(max_len) >= lengths[:, None] (True = padding)."""
+import pytest
+import torch
+
+from kata_testing import assert_equal_mask, assert_not_modified, call_repr, check_tensor_kind
+
+KATA = "padding_mask"
+SYMBOL = "padding_mask"
+
+
+def reference(lengths: list[int], max_len: int, device="cpu") -> torch.Tensor:
+    return torch.arange(max_len, device=device)[None, :] >= torch.tensor(lengths, device=device)[:, None]
+
+
+def hidden_lengths(rng) -> list[int]:
+    """B distinct-ish lengths, B itself random; one row may be empty, one is the longest."""
+    batch = rng.choice([1, 2, 3, 5, 7])
+    return [rng.randrange(0, 24) for _ in range(batch)]
+
+
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32], ids=["int64", "int32"])
+def test_default_max_len_is_the_longest_length(kata, rng, index_dtype):
+    for _ in range(4):
+        lengths = hidden_lengths(rng)
+        lengths[rng.randrange(len(lengths))] = rng.randrange(1, 24)  # at least one non-empty row
+        tensor = torch.tensor(lengths, dtype=index_dtype)
+        assert_equal_mask(kata.padding_mask(tensor), reference(lengths, max(lengths)),
+                          call=call_repr("padding_mask", tensor) + f" with lengths={lengths}")
+
+
+def test_explicit_max_len_adds_padding_columns(kata, rng):
+    for _ in range(4):
+        lengths = hidden_lengths(rng)
+        max_len = max(lengths) + rng.randrange(1, 6)
+        tensor = torch.tensor(lengths)
+        assert_equal_mask(kata.padding_mask(tensor, max_len=max_len), reference(lengths, max_len),
+                          call=call_repr("padding_mask", tensor, max_len=max_len) + f" with lengths={lengths}")
+
+
+def test_accepts_a_list_of_ints(kata, rng):
+    lengths = hidden_lengths(rng)
+    lengths[0] = rng.randrange(1, 24)
+    assert_equal_mask(kata.padding_mask(lengths), reference(lengths, max(lengths)),
+                      call=call_repr("padding_mask", lengths))
+    max_len = max(lengths) + 2
+    assert_equal_mask(kata.padding_mask(lengths, max_len), reference(lengths, max_len),
+                      call=call_repr("padding_mask", lengths, max_len))
+
+
+def test_result_lives_on_the_device_of_lengths(kata, rng, other_device):
+    lengths = hidden_lengths(rng)
+    max_len = max(lengths) + 1
+    tensor = torch.tensor(lengths, device=other_device)
+    call = call_repr("padding_mask", tensor, max_len=max_len)
+    got = kata.padding_mask(tensor, max_len=max_len)
+    if tensor.device.type == "meta":  # meta tensors have a shape and a device but no values
+        check_tensor_kind(got, reference(lengths, max_len, "meta"), call=call, what="a mask")
+    else:
+        assert_equal_mask(got, reference(lengths, max_len, other_device), call=call)
+
+
+def test_does_not_modify_lengths(kata, rng):
+    lengths = torch.tensor(hidden_lengths(rng)) + 1
+    snapshot = lengths.clone()
+    kata.padding_mask(lengths)
+    assert_not_modified("lengths", lengths, snapshot, call=call_repr("padding_mask", lengths))
+
+
+def test_prints_nothing(kata, capfd):
+    kata.padding_mask(torch.tensor([2, 3]))
+    out, err = capfd.readouterr()
+    assert not out and not err, f"padding_mask(...) printed {(out + err)[:200]!r}; a library function should print nothing"
+
+
+def benchmark(kata, device):
+    """(kata call, reference call) at a realistic size, for the grader's timing."""
+    lengths = torch.randint(1, 512, (64,), generator=torch.Generator().manual_seed(0)).to(device)
+
+    def reference_call():
+        return torch.arange(512, device=device)[None, :] >= lengths[:, None]
+
+    return (lambda: kata.padding_mask(lengths, 512)), reference_call

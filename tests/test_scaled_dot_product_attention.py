@@ -1,0 +1,164 @@
+"""scaled_dot_product_attention: judged against F.scaled_dot_product_attention.
+
+The output is compared with PyTorch's in the same dtype. PyTorch does not return the
+weights, so they are PyTorch's too, obtained in float64 by attending over an identity
+`value` (row i of softmax(...) @ I is row i of the weights).
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kata_testing import (dtypes, TOLERANCES, assert_close, assert_not_modified, call_repr, check_tensor_kind,
+                          describe, randn, random_keep_mask)
+
+KATA = "scaled_dot_product_attention"
+SYMBOL = "scaled_dot_product_attention"
+
+FULL = [torch.float32, torch.float64]
+HALF = [torch.float16, torch.bfloat16]
+
+
+def hidden_cases(rng, count: int = 4) -> list[dict]:
+    """Shapes in which every size differs: leading dims (), (B,) or (B, H), then L, S, E, Ev.
+
+    The first case has L < S and the second L > S; one size of the first case is 1.
+    """
+    cases = []
+    for index, n_lead in enumerate(rng.sample([0, 1, 2, 2], count)):
+        sizes = rng.sample(range(2, 14), 4 + n_lead)
+        lead, (L, S, E, Ev) = sizes[:n_lead], sizes[n_lead:]
+        if index < 2 and (L < S) != (index == 0):
+            L, S = S, L
+        cases.append({"lead": lead, "L": L, "S": S, "E": E, "Ev": Ev})
+    cases[0][rng.choice(["L", "E", "Ev"])] = 1
+    return cases
+
+
+def make_inputs(gen, case: dict, dtype, device):
+    lead = case["lead"]
+    query = randn(gen, *lead, case["L"], case["E"], dtype=dtype, device=device)
+    key = randn(gen, *lead, case["S"], case["E"], dtype=dtype, device=device)
+    value = randn(gen, *lead, case["S"], case["Ev"], dtype=dtype, device=device)
+    return query, key, value
+
+
+def mask_shape(rng, case: dict) -> list[int]:
+    """[L, S], the full [..., L, S], or a broadcastable [B, 1, L, S]-like shape."""
+    lead, ls = case["lead"], [case["L"], case["S"]]
+    choices = [ls, lead + ls] + ([[lead[0]] + [1] * (len(lead) - 1) + ls] if lead else [])
+    return rng.choice(choices)
+
+
+def boolean_mask(gen, rng, case: dict, device) -> torch.Tensor:
+    return random_keep_mask(gen, *mask_shape(rng, case)).to(device)
+
+
+def float_mask(gen, rng, case: dict, dtype, device) -> torch.Tensor:
+    shape = mask_shape(rng, case)
+    keep = random_keep_mask(gen, *shape)
+    return randn(gen, *shape, dtype=dtype).masked_fill(~keep, float("-inf")).to(device)
+
+
+def reference(query, key, value, **kwargs):
+    """PyTorch's output in the inputs' dtype, and PyTorch's weights computed in float64."""
+    output = F.scaled_dot_product_attention(query, key, value, **kwargs)
+    mask = kwargs.get("attn_mask")
+    if mask is not None and mask.is_floating_point():
+        kwargs["attn_mask"] = mask.double()
+    S = key.size(-2)
+    identity = torch.eye(S, dtype=torch.float64, device=key.device).expand(*key.shape[:-2], S, S)
+    weights = F.scaled_dot_product_attention(query.double(), key.double(), identity, **kwargs)
+    return output, weights.to(query.dtype)
+
+
+def call_kata(kata, query, key, value, **kwargs):
+    call = call_repr("scaled_dot_product_attention", query, key, value, **kwargs)
+    result = kata.scaled_dot_product_attention(query, key, value, **kwargs)
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise AssertionError(f"{call} returned {describe(result)}; expected a pair (output, weights)")
+    return call, result[0], result[1]
+
+
+def check_against_pytorch(kata, query, key, value, **kwargs):
+    call, output, weights = call_kata(kata, query, key, value, **kwargs)
+    want_output, want_weights = reference(query, key, value, **kwargs)
+    assert_close(weights, want_weights, call=call, what="weights")
+    assert_close(output, want_output, call=call, what="an output")
+
+
+@dtypes(*FULL)
+def test_matches_pytorch_without_a_mask(kata, rng, gen, dtype, device):
+    for case in hidden_cases(rng):
+        check_against_pytorch(kata, *make_inputs(gen, case, dtype, device))
+
+
+@dtypes(*FULL + HALF)
+def test_boolean_mask_true_means_may_attend(kata, rng, gen, dtype, device):
+    for case in hidden_cases(rng):
+        mask = boolean_mask(gen, rng, case, device)
+        check_against_pytorch(kata, *make_inputs(gen, case, dtype, device), attn_mask=mask)
+
+
+@dtypes(*FULL)
+def test_float_mask_is_added_to_the_scores(kata, rng, gen, dtype, device):
+    for case in hidden_cases(rng):
+        mask = float_mask(gen, rng, case, dtype, device)
+        check_against_pytorch(kata, *make_inputs(gen, case, dtype, device), attn_mask=mask)
+
+
+@dtypes(*FULL + HALF)
+def test_is_causal_is_top_left_aligned(kata, rng, gen, dtype, device):
+    for case in hidden_cases(rng):
+        check_against_pytorch(kata, *make_inputs(gen, case, dtype, device), is_causal=True)
+
+
+@dtypes(*FULL)
+def test_custom_scale_replaces_the_default(kata, rng, gen, dtype, device):
+    for case in hidden_cases(rng):
+        scale = rng.choice([0.1, 0.35, 0.8, 1.7])
+        check_against_pytorch(kata, *make_inputs(gen, case, dtype, device), scale=scale)
+        mask = boolean_mask(gen, rng, case, device)
+        check_against_pytorch(kata, *make_inputs(gen, case, dtype, device), attn_mask=mask, scale=scale)
+
+
+def test_results_follow_the_device_of_the_inputs(kata, rng, gen, other_device):
+    """Masks made inside the kata must be made on the inputs' device."""
+    case = hidden_cases(rng)[1]
+    inputs = make_inputs(gen, case, torch.float32, other_device)
+    for kwargs in ({"is_causal": True}, {"attn_mask": boolean_mask(gen, rng, case, other_device)}):
+        call, output, weights = call_kata(kata, *inputs, **kwargs)
+        want_output, want_weights = reference(*inputs, **kwargs)
+        if other_device == "meta":  # meta tensors have a shape and a device but no values
+            check_tensor_kind(weights, want_weights, call=call, what="weights")
+            check_tensor_kind(output, want_output, call=call, what="an output")
+        else:
+            assert_close(weights, want_weights, call=call, what="weights")
+            assert_close(output, want_output, call=call, what="an output")
+
+
+def test_does_not_modify_its_inputs(kata, rng, gen):
+    case = hidden_cases(rng)[0]
+    query, key, value = make_inputs(gen, case, torch.float32, "cpu")
+    for mask in (boolean_mask(gen, rng, case, "cpu"), float_mask(gen, rng, case, torch.float32, "cpu")):
+        arguments = {"query": query, "key": key, "value": value, "attn_mask": mask}
+        snapshots = {name: tensor.clone() for name, tensor in arguments.items()}
+        call, _, _ = call_kata(kata, query, key, value, attn_mask=mask)
+        for name, tensor in arguments.items():
+            assert_not_modified(name, tensor, snapshots[name], call=call)
+
+
+def test_prints_nothing(kata, gen, capfd):
+    query, key, value = randn(gen, 2, 3), randn(gen, 4, 3), randn(gen, 4, 5)
+    kata.scaled_dot_product_attention(query, key, value, is_causal=True)
+    out, err = capfd.readouterr()
+    assert not out and not err, (f"scaled_dot_product_attention(...) printed {(out + err)[:200]!r}; "
+                                 "a library function should print nothing")
+
+
+def benchmark(kata, device):
+    """(kata call, reference call) at a realistic size: batch 8, 8 heads, length 128, head size 64,
+    with a causal mask. The kata also returns the weights, which the fused reference never builds."""
+    gen = torch.Generator().manual_seed(0)
+    query, key, value = (randn(gen, 8, 8, 128, 64, device=device) for _ in range(3))
+    return (lambda: kata.scaled_dot_product_attention(query, key, value, is_causal=True)), \
+        (lambda: F.scaled_dot_product_attention(query, key, value, is_causal=True))
