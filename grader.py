@@ -93,8 +93,14 @@ def run_isolated(command: list[str], *, time_limit: float, log_path: Path, env: 
     return returncode, timed_out
 
 
+def default_jobs() -> int:
+    """Processes graded at once: one per core."""
+    return os.cpu_count() or 1
+
+
 def kata_env(threads: int | None = None) -> dict:
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1")
+    # No plugin autoloading: a user's own Python may carry plugins that reorder or skip tests.
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     return env
@@ -129,7 +135,7 @@ def grade_kata(name: str, path: Path, *, seed: int, device: str, time_limit: flo
     with tempfile.TemporaryDirectory(prefix=f"kata-{name}-") as scratch:
         results, log = Path(scratch) / "results.jsonl", Path(scratch) / "output.log"
         command = [sys.executable, "-m", "pytest", str(TESTS / f"test_{name}.py"), "-p", "no:cacheprovider",
-                   "-o", "addopts=", "-q", "--impl", str(path), "--seed", str(seed), "--device", device,
+                   "-p", "pytest_timeout", "-o", "addopts=", "-q", "--impl", str(path), "--seed", str(seed), "--device", device,
                    "--results", str(results), f"--timeout={test_timeout}"]
         returncode, timed_out = run_isolated(command, time_limit=time_limit, log_path=log, env=kata_env(threads))
         return classify(name, read_events(results), returncode, timed_out, log_tail(log), time_limit)
@@ -321,6 +327,8 @@ def report(results: list[KataResult], *, impl: str, seed: int, colour: bool, tim
         if r.status in ("pass", "todo"):
             continue
         lines.append(f"{r.name}: {r.status}: {r.message}")
+        if r.status != "fail":  # one cause explains every failed test
+            continue
         for failure in r.failures[1:3]:
             lines.append(f"    also: {failure['name']}: {failure.get('message', '')}".replace("\n", "\n    "))
         if len(r.failures) > 3:
@@ -411,7 +419,7 @@ def parse_grade_args(argv: list[str], catalog: list[Kata]) -> argparse.Namespace
     parser.add_argument("--no-timing", action="store_true", help="skip timing passing katas against PyTorch")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     parser.add_argument("--seed", type=int, help="replay the hidden shapes of an earlier run")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="katas graded at once")
+    parser.add_argument("--jobs", type=int, default=default_jobs(), help="katas graded at once")
     parser.add_argument("--time-limit", type=float, default=60.0, help="wall-clock seconds allowed per kata")
     parser.add_argument("--test-timeout", type=float, default=20.0, help="seconds allowed per test")
     args = parser.parse_args(argv)

@@ -24,8 +24,9 @@ def sinusoidal_positional_encoding(
         num_positions: number of positions (rows).
         d_model: embedding size (columns). An odd d_model raises ValueError.
         base: wavelength base; 10000 in the paper.
-        dtype: dtype of the result. Compute the angles in float32 or float64 and cast
-            at the end: float16 cannot even represent position 2049 exactly.
+        dtype: dtype of the result. Compute the angles in float32 (or float64) and cast
+            at the end: float16 cannot even represent position 2049 exactly. float32
+            accuracy is expected whatever the dtype.
         device: device of the result (None means the default device).
 
     Example:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kata_testing import MESSAGE_LIMIT, load_kata
+from kata_testing import MESSAGE_LIMIT, KataLoadError, load_kata
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -106,7 +106,8 @@ def describe_error(item, excinfo) -> tuple[str, str]:
     """(exception type, one-paragraph message), pointing into the kata file when it raised there."""
     error = excinfo.value
     kind = type(error).__name__
-    text = str(error) if isinstance(error, AssertionError) else f"{kind}: {error}".rstrip(": ")
+    plain = isinstance(error, (AssertionError, KataLoadError))  # messages written to be read as they are
+    text = str(error) if plain else f"{kind}: {error}".rstrip(": ")
     kata_name = getattr(item.module, "KATA", None)
     if kata_name and not isinstance(error, AssertionError):
         kata_file = impl_path(item.config, kata_name).resolve()

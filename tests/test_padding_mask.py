@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from kata_testing import assert_equal_mask, assert_not_modified, call_repr, check_tensor_kind
+from kata_testing import assert_equal_mask, assert_not_modified, call_on_device, call_repr, check_tensor_kind
 
 KATA = "padding_mask"
 SYMBOL = "padding_mask"
@@ -52,7 +52,9 @@ def test_result_lives_on_the_device_of_lengths(kata, rng, other_device):
     max_len = max(lengths) + 1
     tensor = torch.tensor(lengths, device=other_device)
     call = call_repr("padding_mask", tensor, max_len=max_len)
-    got = kata.padding_mask(tensor, max_len=max_len)
+    got = call_on_device(lambda: kata.padding_mask(tensor, max_len=max_len), other_device)
+    if got is None:
+        return  # reads lengths in Python: judged on a real GPU only
     if tensor.device.type == "meta":  # meta tensors have a shape and a device but no values
         check_tensor_kind(got, reference(lengths, max_len, "meta"), call=call, what="a mask")
     else:

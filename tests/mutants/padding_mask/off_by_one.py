@@ -1,0 +1,31 @@
+"""Mutant of padding_mask: position == length counted as real (> instead of >=)."""
+import torch
+from torch import Tensor
+
+
+def padding_mask(lengths: Tensor | list[int], max_len: int | None = None) -> Tensor:
+    """Return a boolean padding mask of shape [B, max_len]: True at padded positions.
+
+    mask[b, t] is True when t >= lengths[b], i.e. position t of sequence b is padding.
+    This is the `key_padding_mask` convention of nn.MultiheadAttention and nn.Transformer*
+    (True = ignore this key). Careful: F.scaled_dot_product_attention uses the opposite
+    polarity (True = may attend).
+
+    Args:
+        lengths: the B sequence lengths, a 1-D integer tensor or a list of ints.
+        max_len: number of columns; defaults to max(lengths). It may be larger than
+            every length (extra padding).
+
+    Returns:
+        A torch.bool tensor [B, max_len] on the device of `lengths` (CPU for a list).
+
+    Example:
+        >>> padding_mask(torch.tensor([1, 3]), max_len=4)
+        tensor([[False,  True,  True,  True],
+                [False, False, False,  True]])
+    """
+    lengths = torch.as_tensor(lengths)
+    if max_len is None:
+        max_len = int(lengths.max()) if lengths.numel() > 0 else 0
+    positions = torch.arange(max_len, device=lengths.device)  # (T,)
+    return positions[None, :] > lengths[:, None]  # (B, T)

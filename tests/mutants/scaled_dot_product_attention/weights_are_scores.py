@@ -1,0 +1,54 @@
+"""Mutant of scaled_dot_product_attention: returns the pre-softmax scores as the weights."""
+import math
+
+import torch
+from torch import Tensor
+
+
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Return (output, weights) of softmax(query @ key^T * scale + mask) @ value.
+
+    Shapes (any number of leading batch/head dimensions "..."):
+        query [..., L, E], key [..., S, E], value [..., S, Ev]
+        output [..., L, Ev], weights [..., L, S]
+
+    Same semantics as F.scaled_dot_product_attention (without dropout):
+        - scale defaults to 1 / sqrt(E).
+        - attn_mask broadcasts to [..., L, S]. A BOOLEAN mask is True where the query MAY
+          attend to the key (False = blocked). A FLOAT mask is added to the scores.
+          This polarity is the OPPOSITE of nn.MultiheadAttention's masks (True = blocked).
+        - is_causal=True lets query i attend to keys 0..i only (top-left aligned, also
+          when L != S). PyTorch rejects attn_mask together with is_causal; that case
+          is not judged.
+        - A row in which every key is blocked is undefined and not judged.
+        - Work in the dtype of the inputs, float16 included: a blocked score must become
+          -inf (a fill like -1e9 does not fit in float16).
+
+    Example:
+        >>> q = k = torch.eye(2); v = torch.tensor([[1.0], [3.0]])
+        >>> out, w = scaled_dot_product_attention(q, k, v, is_causal=True)
+        >>> out
+        tensor([[1.0000],
+                [2.3395]])
+    """
+    L, S = query.size(-2), key.size(-2)
+    if scale is None:
+        scale = 1.0 / math.sqrt(query.size(-1))
+    scores = query @ key.transpose(-2, -1) * scale  # (..., L, S)
+    if is_causal:
+        allowed = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask
+    weights = torch.softmax(scores, dim=-1)  # (..., L, S)
+    return weights @ value, scores

@@ -1,0 +1,83 @@
+"""The tests' own strength, judged through the real grader pipeline.
+
+- every mutant (a realistic wrong implementation, tests/mutants/<kata>/<slip>.py) is graded "fail";
+- every variant (a correct implementation in another style, tests/variants/<kata>/<style>.py)
+  is graded "pass";
+- every stub generated from solutions/ is graded "todo", and katas/ as committed is that stub.
+"""
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+import grader  # noqa: E402
+
+CATALOG = [kata.name for kata in grader.load_catalog()]
+MUTANTS = sorted((ROOT / "tests" / "mutants").glob("*/*.py"))
+VARIANTS = sorted((ROOT / "tests" / "variants").glob("*/*.py"))
+MIN_MUTANTS = 5
+
+
+def case_id(path: Path) -> str:
+    return f"{path.parent.name}/{path.stem}"
+
+
+@pytest.fixture(scope="module")
+def verdicts(request) -> dict[Path, grader.KataResult]:
+    """Grade every mutant and variant once, in parallel, on this run's seed."""
+    jobs = [(path.parent.name, path) for path in MUTANTS + VARIANTS]
+    results = grader.grade_all(jobs, seed=request.config.kata_seed, device=request.config.getoption("device"),
+                               time_limit=120, test_timeout=60, workers=grader.default_jobs())
+    return dict(zip(MUTANTS + VARIANTS, results))
+
+
+def test_every_mutant_and_variant_names_a_kata():
+    strays = [case_id(p) for p in MUTANTS + VARIANTS if p.parent.name not in CATALOG]
+    assert not strays, f"not in info.toml: {strays}"
+
+
+@pytest.mark.parametrize("kata", CATALOG)
+def test_kata_has_enough_mutants(kata):
+    count = sum(p.parent.name == kata for p in MUTANTS)
+    assert count >= MIN_MUTANTS, f"{kata} has {count} mutants under tests/mutants/{kata}/; keep at least {MIN_MUTANTS}"
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("path", MUTANTS, ids=case_id)
+def test_mutant_is_rejected(path, verdicts):
+    verdict = verdicts[path]
+    assert verdict.status == "fail", (
+        f"mutant {case_id(path)} was graded {verdict.status!r}, not 'fail': "
+        + ("it survived, so a test is missing" if verdict.status == "pass" else verdict.message))
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("path", VARIANTS, ids=case_id)
+def test_variant_passes(path, verdicts):
+    verdict = verdicts[path]
+    assert verdict.status == "pass", (f"correct variant {case_id(path)} was graded {verdict.status!r}: "
+                                      f"a test is too strict or wrong. {verdict.message}")
+
+
+@pytest.mark.timeout(300)
+def test_generated_stubs_are_graded_todo(tmp_path, request):
+    for name in CATALOG:
+        solution = (ROOT / "solutions" / f"{name}.py").read_text(encoding="utf-8")
+        (tmp_path / f"{name}.py").write_text(grader.make_stub(solution), encoding="utf-8")
+    jobs = [(name, tmp_path / f"{name}.py") for name in CATALOG]
+    results = grader.grade_all(jobs, seed=request.config.kata_seed, device="cpu", time_limit=120, test_timeout=60,
+                               workers=grader.default_jobs())
+    wrong = {r.name: f"{r.status}: {r.message}" for r in results if r.status != "todo"}
+    assert not wrong, f"untouched stubs must be graded 'todo': {wrong}"
+
+
+@pytest.mark.parametrize("kata", CATALOG)
+def test_committed_stub_is_generated_from_the_solution(kata):
+    committed = grader.committed_text(ROOT / "katas" / f"{kata}.py")
+    if committed is None:
+        pytest.skip("not in a git checkout with katas/ committed")
+    expected = grader.make_stub((ROOT / "solutions" / f"{kata}.py").read_text(encoding="utf-8"))
+    assert committed == expected, (f"katas/{kata}.py as committed differs from the stub generated from "
+                                   f"solutions/{kata}.py; maintainers: run `make stubs` and commit")
