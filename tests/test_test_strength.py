@@ -26,11 +26,13 @@ def case_id(path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def verdicts(request) -> dict[Path, grader.KataResult]:
-    """Grade every mutant and variant once, in parallel, on this run's seed."""
-    jobs = [(path.parent.name, path) for path in MUTANTS + VARIANTS]
+    """Grade the selected mutants and variants (all, unless -k narrows them) once, in parallel."""
+    paths = [item.callspec.params["path"] for item in request.session.items
+             if hasattr(item, "callspec") and "path" in item.callspec.params]
+    jobs = [(path.parent.name, path) for path in paths]
     results = grader.grade_all(jobs, seed=request.config.kata_seed, device=request.config.getoption("device"),
                                time_limit=120, test_timeout=60, workers=grader.default_jobs())
-    return dict(zip(MUTANTS + VARIANTS, results))
+    return dict(zip(paths, results))
 
 
 def test_every_mutant_and_variant_names_a_kata():
