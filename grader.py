@@ -12,6 +12,7 @@ timed against their PyTorch reference in one more process, one kata at a time.
 
 Exit status: 0 when every graded kata passes, 1 otherwise, 2 when the grader could not run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,11 +20,11 @@ import importlib.util
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -78,8 +79,15 @@ def run_isolated(command: list[str], *, time_limit: float, log_path: Path, env: 
     file, so a flood of output can neither block the grader nor reach its table.
     """
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                   env=env, start_new_session=True)
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
         try:
             returncode, timed_out = process.wait(timeout=time_limit), False
         except subprocess.TimeoutExpired:
@@ -129,20 +137,58 @@ def log_tail(path: Path) -> str:
     return " | ".join(lines[-3:])[-TAIL:]
 
 
-def grade_kata(name: str, path: Path, *, seed: int, device: str, time_limit: float, test_timeout: float,
-               threads: int | None = 1) -> KataResult:
+def crash_details(log_path: Path, kata_path: Path) -> str:
+    """What a dead process left behind: Python's fatal-error line and the kata line it was
+    on (faulthandler prints both), else the last lines of its output."""
+    try:
+        text = log_path.read_text(encoding="utf-8", errors="replace")[-20000:]
+    except OSError:
+        return ""
+    fatal = [line.strip() for line in text.splitlines() if line.startswith("Fatal Python error")]
+    where = [
+        f"{kata_path.name}, line {m.group(1)}"
+        for m in re.finditer(rf'File "{re.escape(str(kata_path))}", line (\d+)', text)
+    ]
+    if fatal:
+        return fatal[-1] + (f" at {where[-1]}" if where else "")
+    return log_tail(log_path)
+
+
+def grade_kata(
+    name: str, path: Path, *, seed: int, device: str, time_limit: float, test_timeout: float, threads: int | None = 1
+) -> KataResult:
     """Run one kata's tests on the file at `path` and classify the outcome."""
     with tempfile.TemporaryDirectory(prefix=f"kata-{name}-") as scratch:
         results, log = Path(scratch) / "results.jsonl", Path(scratch) / "output.log"
-        command = [sys.executable, "-m", "pytest", str(TESTS / f"test_{name}.py"), "-p", "no:cacheprovider",
-                   "-p", "pytest_timeout", "-o", "addopts=", "-q", "--impl", str(path), "--seed", str(seed), "--device", device,
-                   "--results", str(results), f"--timeout={test_timeout}"]
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(TESTS / f"test_{name}.py"),
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "pytest_timeout",
+            "-o",
+            "addopts=",
+            "-q",
+            "--impl",
+            str(path),
+            "--seed",
+            str(seed),
+            "--device",
+            device,
+            "--results",
+            str(results),
+            f"--timeout={test_timeout}",
+        ]
         returncode, timed_out = run_isolated(command, time_limit=time_limit, log_path=log, env=kata_env(threads))
-        return classify(name, read_events(results), returncode, timed_out, log_tail(log), time_limit)
+        return classify(name, read_events(results), returncode, timed_out, crash_details(log, path), time_limit)
 
 
-def classify(name: str, events: list[dict], returncode: int | None, timed_out: bool, tail: str,
-             time_limit: float) -> KataResult:
+def classify(
+    name: str, events: list[dict], returncode: int | None, timed_out: bool, tail: str, time_limit: float
+) -> KataResult:
     """Turn a kata process's events into a verdict. A pass needs positive evidence:
     exit code 0, every collected test reported, every counted test passed."""
     collected = next((e["tests"] for e in events if e["event"] == "collected"), None)
@@ -162,20 +208,29 @@ def classify(name: str, events: list[dict], returncode: int | None, timed_out: b
     load_error = next((f for f in failures if f.get("error") == "KataLoadError"), None)
     if timed_out:
         where = f" during '{running.split('::')[-1]}'" if running else ""
-        return result("timeout", f"stopped after {time_limit:g} s of wall-clock time{where}: an endless loop, "
-                                 "or far too slow?")
+        return result(
+            "timeout", f"stopped after {time_limit:g} s of wall-clock time{where}: an endless loop, or far too slow?"
+        )
     if load_error:
         return result("error", load_error["message"])
-    if collected is None or not finished and not reports:
+    if collected is None:
         if finished:
             return result("error", f"the tests of {name} could not be collected (a grader bug): {tail}", True)
         return result("crash", f"the test process died before running any test ({exit_reason(returncode)}): {tail}")
     if not finished or len(reports) < len(collected):
         where = f" during '{running.split('::')[-1]}'" if running else ""
-        return result("crash", f"the test process died{where} ({exit_reason(returncode)}): {tail}")
+        return result(
+            "crash", f"the test process died{where} ({exit_reason(returncode)})" + (f": {tail}" if tail else "")
+        )
     slow = next((f for f in failures if f.get("error") == "Failed" and "Timeout" in f.get("message", "")), None)
     if slow:
-        return result("timeout", f"{slow['name']}: took longer than the per-test limit")
+        limit = re.search(r">([\d.]+)s", slow.get("message", ""))
+        return result(
+            "timeout",
+            f"'{slow['name']}' ran past the per-test limit"
+            + (f" of {float(limit.group(1)):g} s" if limit else "")
+            + ": an endless loop, or far too slow?",
+        )
     if total > 0 and not failures and returncode == 0:
         return result("pass", f"all {total} tests passed")
     if passed == 0 and failures and all(f.get("error") == "NotImplementedError" for f in failures):
@@ -183,7 +238,9 @@ def classify(name: str, events: list[dict], returncode: int | None, timed_out: b
     if not failures:  # every test passed yet pytest said otherwise: do not guess
         return result("error", f"pytest exited with status {returncode} although no test failed: {tail}", True)
     first = failures[0]
-    return result("fail", f"{len(failures)} of {total} tests failed; first: {first['name']}: {first.get('message', '')}")
+    return result(
+        "fail", f"{len(failures)} of {total} tests failed; first: {first['name']}: {first.get('message', '')}"
+    )
 
 
 def exit_reason(returncode: int | None) -> str:
@@ -197,14 +254,16 @@ def exit_reason(returncode: int | None) -> str:
     return f"exit code {returncode}"
 
 
-def grade_all(jobs: list[tuple[str, Path]], *, seed: int, device: str, time_limit: float, test_timeout: float,
-              workers: int) -> list[KataResult]:
+def grade_all(
+    jobs: list[tuple[str, Path]], *, seed: int, device: str, time_limit: float, test_timeout: float, workers: int
+) -> list[KataResult]:
     """Grade several (kata name, file) pairs, `workers` processes at a time, in order."""
     threads = 1 if workers > 1 else None  # parallel processes: one thread each, no oversubscription
 
     def one(job: tuple[str, Path]) -> KataResult:
-        return grade_kata(*job, seed=seed, device=device, time_limit=time_limit, test_timeout=test_timeout,
-                          threads=threads)
+        return grade_kata(
+            *job, seed=seed, device=device, time_limit=time_limit, test_timeout=test_timeout, threads=threads
+        )
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         return list(pool.map(one, jobs))
@@ -226,8 +285,9 @@ def time_passing(results: list[KataResult], paths: dict[str, Path], *, device: s
             command = [sys.executable, str(ROOT / "grader.py"), "_time", "--device", device, "--out", str(out)]
             for r in pending:
                 command += ["--kata", f"{r.name}={paths[r.name]}"]
-            _, timed_out = run_isolated(command, time_limit=per_kata_limit * len(pending) + 10, log_path=log,
-                                        env=kata_env())
+            _, timed_out = run_isolated(
+                command, time_limit=per_kata_limit * len(pending) + 10, log_path=log, env=kata_env()
+            )
             done = {e["name"]: e["timing"] for e in read_events(out)}
             for r in pending:
                 if r.name in done:
@@ -254,8 +314,13 @@ def time_command(argv: list[str]) -> int:
     sys.path.insert(0, str(TESTS))
     from kata_testing import load_kata
 
-    devices = ["cpu"] if args.device == "cpu" else ["cuda"] if args.device == "cuda" else \
-        ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    devices = (
+        ["cpu"]
+        if args.device == "cpu"
+        else ["cuda"]
+        if args.device == "cuda"
+        else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    )
     threads = torch.get_num_threads()
 
     def median(fn, device: str) -> float:
@@ -277,8 +342,12 @@ def time_command(argv: list[str]) -> int:
                     # alternate and keep the best median of each: less exposed to a noisy neighbour
                     kata_s = min(median(kata_fn, device), median(kata_fn, device))
                     reference_s = min(median(reference_fn, device), median(reference_fn, device))
-                timing[device] = {"median_s": kata_s, "reference_median_s": reference_s,
-                                  "ratio": kata_s / reference_s, "threads": threads if device == "cpu" else None}
+                timing[device] = {
+                    "median_s": kata_s,
+                    "reference_median_s": reference_s,
+                    "ratio": kata_s / reference_s,
+                    "threads": threads if device == "cpu" else None,
+                }
             out.write(json.dumps({"name": name, "timing": timing}) + "\n")
             out.flush()
     return 0
@@ -286,8 +355,7 @@ def time_command(argv: list[str]) -> int:
 
 # --------------------------------------------------------------------------- reporting
 
-COLOURS = {"pass": "32", "fail": "31", "todo": "33", "error": "35", "timeout": "35", "crash": "35",
-           "forbidden": "31"}
+COLOURS = {"pass": "32", "fail": "31", "todo": "33", "error": "35", "timeout": "35", "crash": "35", "forbidden": "31"}
 
 
 def paint(text: str, status: str, enabled: bool) -> str:
@@ -306,8 +374,10 @@ def format_timing(timing: dict) -> str:
         return ""
     if "error" in timing:
         return timing["error"]
-    return "; ".join(f"{device} {t['ratio']:.2f}x ({format_seconds(t['median_s'])} vs {format_seconds(t['reference_median_s'])})"
-                     for device, t in timing.items())
+    return "; ".join(
+        f"{device} {t['ratio']:.2f}x ({format_seconds(t['median_s'])} vs {format_seconds(t['reference_median_s'])})"
+        for device, t in timing.items()
+    )
 
 
 def total_score(results: list[KataResult]) -> float:
@@ -317,11 +387,15 @@ def total_score(results: list[KataResult]) -> float:
 def report(results: list[KataResult], *, impl: str, seed: int, colour: bool, timing: bool) -> str:
     width = max([len(r.name) for r in results] + [4])
     lines = [f"Grading {impl} (seed {seed})", ""]
-    lines.append(f"{'kata':<{width}}  {'status':<9} {'score':>5}  {'tests':>7}  "
-                 + ("time vs PyTorch (kata / reference)" if timing else ""))
+    lines.append(
+        f"{'kata':<{width}}  {'status':<9} {'score':>5}  {'tests':>7}  "
+        + ("time vs PyTorch (kata / reference)" if timing else "")
+    )
     for r in results:
         status = paint(f"{r.status:<9}", r.status, colour)
-        lines.append(f"{r.name:<{width}}  {status} {r.score:>5.0%}  {r.passed:>3}/{r.total:<3}  {format_timing(r.timing)}".rstrip())
+        lines.append(
+            f"{r.name:<{width}}  {status} {r.score:>5.0%}  {r.passed:>3}/{r.total:<3}  {format_timing(r.timing)}".rstrip()
+        )
     lines.append("")
     for r in results:
         if r.status in ("pass", "todo"):
@@ -341,8 +415,11 @@ def report(results: list[KataResult], *, impl: str, seed: int, colour: bool, tim
 
 
 def write_json(path: str, results: list[KataResult], seed: int) -> None:
-    data = {"score": round(total_score(results), 2), "seed": seed,
-            "katas": [{k: v for k, v in asdict(r).items() if k != "internal_error"} for r in results]}
+    data = {
+        "score": round(total_score(results), 2),
+        "seed": seed,
+        "katas": [{k: v for k, v in asdict(r).items() if k != "internal_error"} for r in results],
+    }
     target = Path(path)
     temporary = target.with_name(target.name + ".tmp")
     temporary.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
@@ -371,15 +448,23 @@ def make_stub(solution: str) -> str:
 def committed_text(path: Path) -> str | None:
     """The file as committed at HEAD, or None outside git or when not committed."""
     try:
-        return subprocess.run(["git", "show", f"HEAD:{path.relative_to(ROOT).as_posix()}"], cwd=ROOT,
-                              capture_output=True, text=True, check=True).stdout
+        return subprocess.run(
+            ["git", "show", f"HEAD:{path.relative_to(ROOT).as_posix()}"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
 
 
 def stubs_command(argv: list[str]) -> int:
-    parser = KataArgumentParser(prog="grader.py stubs", description="Compare (or --write) katas/ with the stubs "
-                                "generated from solutions/. --write never replaces a stub you have edited.")
+    parser = KataArgumentParser(
+        prog="grader.py stubs",
+        description="Compare (or --write) katas/ with the stubs "
+        "generated from solutions/. --write never replaces a stub you have edited.",
+    )
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args(argv)
     stale = []
@@ -395,7 +480,9 @@ def stubs_command(argv: list[str]) -> int:
         else:
             stale.append(target.relative_to(ROOT).as_posix())
     for path in stale:
-        print(f"{path} differs from the stub generated from solutions/" + (" (edited: left alone)" if args.write else ""))
+        print(
+            f"{path} differs from the stub generated from solutions/" + (" (edited: left alone)" if args.write else "")
+        )
     return 1 if stale else 0
 
 
@@ -409,13 +496,22 @@ class KataArgumentParser(argparse.ArgumentParser):
 
 def parse_grade_args(argv: list[str], catalog: list[Kata]) -> argparse.Namespace:
     names = [k.name for k in catalog]
-    parser = KataArgumentParser(prog="grader.py", description="Grade the katas against PyTorch.",
-                                epilog="Other commands: python grader.py stubs [--write]")
-    parser.add_argument("--impl", default="katas", help="folder of kata files to grade: katas (default), "
-                        "solutions, or any folder with files named like the katas")
-    parser.add_argument("--kata", action="append", metavar="NAME", help=f"grade only this kata (repeatable): {', '.join(names)}")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                        help="auto: CPU, and CUDA too when available")
+    parser = KataArgumentParser(
+        prog="grader.py",
+        description="Grade the katas against PyTorch.",
+        epilog="Other commands: python grader.py stubs [--write]",
+    )
+    parser.add_argument(
+        "--impl",
+        default="katas",
+        help="folder of kata files to grade: katas (default), solutions, or any folder with files named like the katas",
+    )
+    parser.add_argument(
+        "--kata", action="append", metavar="NAME", help=f"grade only this kata (repeatable): {', '.join(names)}"
+    )
+    parser.add_argument(
+        "--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: CPU, and CUDA too when available"
+    )
     parser.add_argument("--no-timing", action="store_true", help="skip timing passing katas against PyTorch")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     parser.add_argument("--seed", type=int, help="replay the hidden shapes of an earlier run")
@@ -445,8 +541,9 @@ def check_dependencies() -> None:
 
 
 def cuda_available() -> bool:
-    probe = subprocess.run([sys.executable, "-c", "import sys, torch; sys.exit(not torch.cuda.is_available())"],
-                           capture_output=True)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys, torch; sys.exit(not torch.cuda.is_available())"], capture_output=True
+    )
     return probe.returncode == 0
 
 
@@ -458,8 +555,14 @@ def grade_command(argv: list[str]) -> int:
         raise UsageError("--device cuda: torch sees no CUDA device here (try --device cpu)")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
     paths = {name: args.impl_dir / f"{name}.py" for name in args.names}
-    results = grade_all(list(paths.items()), seed=seed, device=args.device, time_limit=args.time_limit,
-                        test_timeout=args.test_timeout, workers=min(args.jobs, len(paths)))
+    results = grade_all(
+        list(paths.items()),
+        seed=seed,
+        device=args.device,
+        time_limit=args.time_limit,
+        test_timeout=args.test_timeout,
+        workers=min(args.jobs, len(paths)),
+    )
     if not args.no_timing:
         time_passing(results, paths, device=args.device, per_kata_limit=args.time_limit)
     shown = os.path.relpath(args.impl_dir, Path.cwd())

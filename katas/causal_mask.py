@@ -1,4 +1,5 @@
 """Kata: the causal ("subsequent") mask of a decoder."""
+
 import torch
 from torch import Tensor
 

@@ -1,4 +1,5 @@
 """Kata: a key-padding mask from sequence lengths."""
+
 import torch
 from torch import Tensor
 

@@ -1,4 +1,5 @@
 """Kata: sinusoidal positional encoding ("Attention Is All You Need", section 3.5)."""
+
 import torch
 from torch import Tensor
 

@@ -1,4 +1,5 @@
 """Kata: scaled dot-product attention, returning the attention weights too."""
+
 import math
 
 import torch

@@ -4,6 +4,7 @@ Options: --impl (which kata files to test), --seed (replay hidden shapes), --dev
 and --results (used by grader.py: one JSON line per test outcome, in a file the grader
 owns, so nothing the learner prints can forge a result).
 """
+
 import json
 import random
 import zlib
@@ -11,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from kata_testing import MESSAGE_LIMIT, KataLoadError, load_kata
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,11 +19,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def pytest_addoption(parser):
     group = parser.getgroup("katas", "Transformer Katas")
-    group.addoption("--impl", default="katas",
-                    help="folder of kata files to test (katas, solutions or any folder), or one kata file")
+    group.addoption(
+        "--impl",
+        default="katas",
+        help="folder of kata files to test (katas, solutions or any folder), or one kata file",
+    )
     group.addoption("--seed", type=int, default=None, help="replay the hidden shapes of an earlier run")
-    group.addoption("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                    help="auto: CPU, plus CUDA when available (skipped otherwise)")
+    group.addoption(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="auto: CPU, plus CUDA when available (skipped otherwise)",
+    )
     group.addoption("--results", default=None, help="(grader) append one JSON line per test outcome to this file")
 
 
@@ -120,7 +127,7 @@ def describe_error(item, excinfo) -> tuple[str, str]:
 def sentence(item) -> str:
     """test_output_matches_reference[float32-cpu] -> 'output matches reference [float32-cpu]'."""
     name = item.originalname.removeprefix("test_").replace("_", " ")
-    params = item.name[len(item.originalname):]
+    params = item.name[len(item.originalname) :]
     return f"{name} {params}".strip()
 
 

@@ -3,6 +3,7 @@
 Loading the code under test, drawing hidden inputs, tolerances per dtype, and checks
 whose failure messages say what was called, what came back and what was expected.
 """
+
 import importlib.util
 import sys
 from pathlib import Path
@@ -82,7 +83,9 @@ def _short(value) -> str:
 def check_tensor_kind(actual, expected: torch.Tensor, *, call: str, what: str) -> None:
     """Type, shape, dtype and device, each with its own message, before any value."""
     if not isinstance(actual, torch.Tensor):
-        raise AssertionError(f"{call} returned {what} of type {type(actual).__name__}, expected a tensor: {_short(actual)}")
+        raise AssertionError(
+            f"{call} returned {what} of type {type(actual).__name__}, expected a tensor: {_short(actual)}"
+        )
     if actual.shape != expected.shape:
         raise AssertionError(f"{call} returned {what} of shape {list(actual.shape)}, expected {list(expected.shape)}")
     if actual.dtype != expected.dtype:
@@ -108,17 +111,21 @@ def assert_close(actual, expected: torch.Tensor, *, call: str, what: str = "a re
         wrong = bad(got) & ~bad(want)
         if wrong.any():
             where = _index(int(wrong.flatten().nonzero()[0]), got.shape)
-            raise AssertionError(f"{call} returned {what} that contains {name} at index {where} "
-                                 f"({int(wrong.sum())} of {wrong.numel()} elements); expected {want[where].item():.6g}")
+            raise AssertionError(
+                f"{call} returned {what} that contains {name} at index {where} "
+                f"({int(wrong.sum())} of {wrong.numel()} elements); expected {want[where].item():.6g}"
+            )
 
     def message(_default: str) -> str:
         diff = (got - want).abs().nan_to_num(nan=float("inf"))
         worst = _index(int(diff.flatten().argmax()), got.shape)
         off = ~torch.isclose(got, want, **tolerance)
-        return (f"{call} returned {what} that differs from the reference: {int(off.sum())} of {off.numel()} "
-                f"elements are off; the worst is at index {worst}: got {got[worst].item():.9g}, expected "
-                f"{want[worst].item():.9g}, off by {diff[worst].item():.3g} "
-                f"(allowed: {tolerance['atol']:g} + {tolerance['rtol']:g} * |expected|)")
+        return (
+            f"{call} returned {what} that differs from the reference: {int(off.sum())} of {off.numel()} "
+            f"elements are off; the worst is at index {worst}: got {got[worst].item():.9g}, expected "
+            f"{want[worst].item():.9g}, off by {diff[worst].item():.3g} "
+            f"(allowed: {tolerance['atol']:g} + {tolerance['rtol']:g} * |expected|)"
+        )
 
     torch.testing.assert_close(actual, expected, **tolerance, msg=message)
 
@@ -134,8 +141,10 @@ def assert_equal_mask(actual, expected: torch.Tensor, *, call: str, what: str = 
     wrong = actual.cpu() != expected.cpu()
     if wrong.any():
         where = _index(int(wrong.flatten().nonzero()[0]), expected.shape)
-        text = (f"{call} returned {what} that differs at {int(wrong.sum())} of {wrong.numel()} positions; "
-                f"first at index {where}: got {bool(actual[where])}, expected {bool(expected[where])}")
+        text = (
+            f"{call} returned {what} that differs at {int(wrong.sum())} of {wrong.numel()} positions; "
+            f"first at index {where}: got {bool(actual[where])}, expected {bool(expected[where])}"
+        )
         if expected.dim() == 2 and expected.shape[0] <= 8 and expected.shape[1] <= 12:
             text += f"\n  got (1 = True):\n{_grid(actual.cpu())}\n  expected:\n{_grid(expected.cpu())}"
         raise AssertionError(text)
@@ -165,6 +174,16 @@ def call_on_device(fn, device):
         if str(device) == "meta" and any(text in str(error) for text in META_DATA_ERRORS):
             return None
         raise
+
+
+def assert_prints_nothing(capfd, call: str) -> None:
+    """Library code prints nothing: output belongs to the caller."""
+    out, err = capfd.readouterr()
+    if out or err:
+        raise AssertionError(
+            f"{call} printed {(out + err)[:120]!r}{' ...' if len(out + err) > 120 else ''}; "
+            "a library function should print nothing"
+        )
 
 
 def randn(generator: torch.Generator, *shape: int, dtype=torch.float32, device="cpu", std: float = 1.0) -> torch.Tensor:

@@ -1,9 +1,9 @@
 """causal_mask: judged against nn.Transformer.generate_square_subsequent_mask."""
+
 import pytest
 import torch
+from kata_testing import assert_equal_mask, assert_prints_nothing, call_repr, check_tensor_kind
 from torch import nn
-
-from kata_testing import assert_equal_mask, call_repr, check_tensor_kind
 
 KATA = "causal_mask"
 SYMBOL = "causal_mask"
@@ -36,8 +36,7 @@ def test_mask_is_built_on_the_requested_device(kata, rng, device_type, other_dev
 
 def test_prints_nothing(kata, capfd):
     kata.causal_mask(5)
-    out, err = capfd.readouterr()
-    assert not out and not err, f"causal_mask(5) printed {(out + err)[:200]!r}; a library function should print nothing"
+    assert_prints_nothing(capfd, "causal_mask(5)")
 
 
 def benchmark(kata, device):

@@ -1,8 +1,15 @@
 """padding_mask: judged against arange(max_len) >= lengths[:, None] (True = padding)."""
+
 import pytest
 import torch
-
-from kata_testing import assert_equal_mask, assert_not_modified, call_on_device, call_repr, check_tensor_kind
+from kata_testing import (
+    assert_equal_mask,
+    assert_not_modified,
+    assert_prints_nothing,
+    call_on_device,
+    call_repr,
+    check_tensor_kind,
+)
 
 KATA = "padding_mask"
 SYMBOL = "padding_mask"
@@ -24,8 +31,11 @@ def test_default_max_len_is_the_longest_length(kata, rng, index_dtype):
         lengths = hidden_lengths(rng)
         lengths[rng.randrange(len(lengths))] = rng.randrange(1, 24)  # at least one non-empty row
         tensor = torch.tensor(lengths, dtype=index_dtype)
-        assert_equal_mask(kata.padding_mask(tensor), reference(lengths, max(lengths)),
-                          call=call_repr("padding_mask", tensor) + f" with lengths={lengths}")
+        assert_equal_mask(
+            kata.padding_mask(tensor),
+            reference(lengths, max(lengths)),
+            call=call_repr("padding_mask", tensor) + f" with lengths={lengths}",
+        )
 
 
 def test_explicit_max_len_adds_padding_columns(kata, rng):
@@ -33,18 +43,25 @@ def test_explicit_max_len_adds_padding_columns(kata, rng):
         lengths = hidden_lengths(rng)
         max_len = max(lengths) + rng.randrange(1, 6)
         tensor = torch.tensor(lengths)
-        assert_equal_mask(kata.padding_mask(tensor, max_len=max_len), reference(lengths, max_len),
-                          call=call_repr("padding_mask", tensor, max_len=max_len) + f" with lengths={lengths}")
+        assert_equal_mask(
+            kata.padding_mask(tensor, max_len=max_len),
+            reference(lengths, max_len),
+            call=call_repr("padding_mask", tensor, max_len=max_len) + f" with lengths={lengths}",
+        )
 
 
 def test_accepts_a_list_of_ints(kata, rng):
     lengths = hidden_lengths(rng)
     lengths[0] = rng.randrange(1, 24)
-    assert_equal_mask(kata.padding_mask(lengths), reference(lengths, max(lengths)),
-                      call=call_repr("padding_mask", lengths))
+    assert_equal_mask(
+        kata.padding_mask(lengths), reference(lengths, max(lengths)), call=call_repr("padding_mask", lengths)
+    )
     max_len = max(lengths) + 2
-    assert_equal_mask(kata.padding_mask(lengths, max_len), reference(lengths, max_len),
-                      call=call_repr("padding_mask", lengths, max_len))
+    assert_equal_mask(
+        kata.padding_mask(lengths, max_len),
+        reference(lengths, max_len),
+        call=call_repr("padding_mask", lengths, max_len),
+    )
 
 
 def test_result_lives_on_the_device_of_lengths(kata, rng, other_device):
@@ -70,8 +87,7 @@ def test_does_not_modify_lengths(kata, rng):
 
 def test_prints_nothing(kata, capfd):
     kata.padding_mask(torch.tensor([2, 3]))
-    out, err = capfd.readouterr()
-    assert not out and not err, f"padding_mask(...) printed {(out + err)[:200]!r}; a library function should print nothing"
+    assert_prints_nothing(capfd, "padding_mask(int64[2])")
 
 
 def benchmark(kata, device):

@@ -1,8 +1,7 @@
 """sinusoidal_positional_encoding: judged against the paper's formula computed in float64."""
-import pytest
-import torch
 
-from kata_testing import dtypes, assert_close, call_repr, check_tensor_kind, describe
+import torch
+from kata_testing import assert_close, assert_prints_nothing, call_repr, check_tensor_kind, describe, dtypes
 
 KATA = "positional_encoding"
 SYMBOL = "sinusoidal_positional_encoding"
@@ -48,8 +47,13 @@ def test_defaults_are_base_10000_and_float32(kata, rng):
     p, d = rng.randrange(20, 100), 2 * rng.randrange(3, 20)
     got = kata.sinusoidal_positional_encoding(p, d)
     want = reference(p, d).to(torch.float32)
-    assert_close(got, want, call=call_repr("sinusoidal_positional_encoding", p, d), what="a table",
-                 tolerance=tolerance(torch.float32, p))
+    assert_close(
+        got,
+        want,
+        call=call_repr("sinusoidal_positional_encoding", p, d),
+        what="a table",
+        tolerance=tolerance(torch.float32, p),
+    )
 
 
 @dtypes(torch.float16, torch.bfloat16)
@@ -66,8 +70,9 @@ def test_odd_d_model_raises_value_error(kata, rng):
         result = kata.sinusoidal_positional_encoding(4, d)
     except ValueError:
         return
-    raise AssertionError(f"sinusoidal_positional_encoding(4, {d}) should raise ValueError (odd d_model), "
-                         f"but returned {describe(result)}")
+    raise AssertionError(
+        f"sinusoidal_positional_encoding(4, {d}) should raise ValueError (odd d_model), but returned {describe(result)}"
+    )
 
 
 def test_table_is_built_on_the_requested_device(kata, rng, other_device):
@@ -83,8 +88,7 @@ def test_table_is_built_on_the_requested_device(kata, rng, other_device):
 
 def test_prints_nothing(kata, capfd):
     kata.sinusoidal_positional_encoding(3, 4)
-    out, err = capfd.readouterr()
-    assert not out and not err, f"sinusoidal_positional_encoding(3, 4) printed {(out + err)[:200]!r}; a library function should print nothing"
+    assert_prints_nothing(capfd, "sinusoidal_positional_encoding(3, 4)")
 
 
 def benchmark(kata, device):

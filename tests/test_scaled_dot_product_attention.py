@@ -4,12 +4,20 @@ The output is compared with PyTorch's in the same dtype. PyTorch does not return
 weights, so they are PyTorch's too, obtained in float64 by attending over an identity
 `value` (row i of softmax(...) @ I is row i of the weights).
 """
-import pytest
+
 import torch
 import torch.nn.functional as F
-
-from kata_testing import (dtypes, TOLERANCES, assert_close, assert_not_modified, call_repr, check_tensor_kind,
-                          describe, randn, random_keep_mask)
+from kata_testing import (
+    assert_close,
+    assert_not_modified,
+    assert_prints_nothing,
+    call_repr,
+    check_tensor_kind,
+    describe,
+    dtypes,
+    randn,
+    random_keep_mask,
+)
 
 KATA = "scaled_dot_product_attention"
 SYMBOL = "scaled_dot_product_attention"
@@ -150,9 +158,7 @@ def test_does_not_modify_its_inputs(kata, rng, gen):
 def test_prints_nothing(kata, gen, capfd):
     query, key, value = randn(gen, 2, 3), randn(gen, 4, 3), randn(gen, 4, 5)
     kata.scaled_dot_product_attention(query, key, value, is_causal=True)
-    out, err = capfd.readouterr()
-    assert not out and not err, (f"scaled_dot_product_attention(...) printed {(out + err)[:200]!r}; "
-                                 "a library function should print nothing")
+    assert_prints_nothing(capfd, "scaled_dot_product_attention(...)")
 
 
 def benchmark(kata, device):
@@ -160,5 +166,6 @@ def benchmark(kata, device):
     with a causal mask. The kata also returns the weights, which the fused reference never builds."""
     gen = torch.Generator().manual_seed(0)
     query, key, value = (randn(gen, 8, 8, 128, 64, device=device) for _ in range(3))
-    return (lambda: kata.scaled_dot_product_attention(query, key, value, is_causal=True)), \
-        (lambda: F.scaled_dot_product_attention(query, key, value, is_causal=True))
+    return (lambda: kata.scaled_dot_product_attention(query, key, value, is_causal=True)), (
+        lambda: F.scaled_dot_product_attention(query, key, value, is_causal=True)
+    )

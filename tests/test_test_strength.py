@@ -5,6 +5,7 @@
   is graded "pass";
 - every stub generated from solutions/ is graded "todo", and katas/ as committed is that stub.
 """
+
 import sys
 from pathlib import Path
 
@@ -27,11 +28,20 @@ def case_id(path: Path) -> str:
 @pytest.fixture(scope="module")
 def verdicts(request) -> dict[Path, grader.KataResult]:
     """Grade the selected mutants and variants (all, unless -k narrows them) once, in parallel."""
-    paths = [item.callspec.params["path"] for item in request.session.items
-             if hasattr(item, "callspec") and "path" in item.callspec.params]
+    paths = [
+        item.callspec.params["path"]
+        for item in request.session.items
+        if hasattr(item, "callspec") and "path" in item.callspec.params
+    ]
     jobs = [(path.parent.name, path) for path in paths]
-    results = grader.grade_all(jobs, seed=request.config.kata_seed, device=request.config.getoption("device"),
-                               time_limit=120, test_timeout=60, workers=grader.default_jobs())
+    results = grader.grade_all(
+        jobs,
+        seed=request.config.kata_seed,
+        device=request.config.getoption("device"),
+        time_limit=120,
+        test_timeout=60,
+        workers=grader.default_jobs(),
+    )
     return dict(zip(paths, results))
 
 
@@ -50,17 +60,19 @@ def test_kata_has_enough_mutants(kata):
 @pytest.mark.parametrize("path", MUTANTS, ids=case_id)
 def test_mutant_is_rejected(path, verdicts):
     verdict = verdicts[path]
-    assert verdict.status == "fail", (
-        f"mutant {case_id(path)} was graded {verdict.status!r}, not 'fail': "
-        + ("it survived, so a test is missing" if verdict.status == "pass" else verdict.message))
+    assert verdict.status == "fail", f"mutant {case_id(path)} was graded {verdict.status!r}, not 'fail': " + (
+        "it survived, so a test is missing" if verdict.status == "pass" else verdict.message
+    )
 
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("path", VARIANTS, ids=case_id)
 def test_variant_passes(path, verdicts):
     verdict = verdicts[path]
-    assert verdict.status == "pass", (f"correct variant {case_id(path)} was graded {verdict.status!r}: "
-                                      f"a test is too strict or wrong. {verdict.message}")
+    assert verdict.status == "pass", (
+        f"correct variant {case_id(path)} was graded {verdict.status!r}: "
+        f"a test is too strict or wrong. {verdict.message}"
+    )
 
 
 @pytest.mark.timeout(300)
@@ -69,8 +81,14 @@ def test_generated_stubs_are_graded_todo(tmp_path, request):
         solution = (ROOT / "solutions" / f"{name}.py").read_text(encoding="utf-8")
         (tmp_path / f"{name}.py").write_text(grader.make_stub(solution), encoding="utf-8")
     jobs = [(name, tmp_path / f"{name}.py") for name in CATALOG]
-    results = grader.grade_all(jobs, seed=request.config.kata_seed, device="cpu", time_limit=120, test_timeout=60,
-                               workers=grader.default_jobs())
+    results = grader.grade_all(
+        jobs,
+        seed=request.config.kata_seed,
+        device="cpu",
+        time_limit=120,
+        test_timeout=60,
+        workers=grader.default_jobs(),
+    )
     wrong = {r.name: f"{r.status}: {r.message}" for r in results if r.status != "todo"}
     assert not wrong, f"untouched stubs must be graded 'todo': {wrong}"
 
@@ -81,5 +99,7 @@ def test_committed_stub_is_generated_from_the_solution(kata):
     if committed is None:
         pytest.skip("not in a git checkout with katas/ committed")
     expected = grader.make_stub((ROOT / "solutions" / f"{kata}.py").read_text(encoding="utf-8"))
-    assert committed == expected, (f"katas/{kata}.py as committed differs from the stub generated from "
-                                   f"solutions/{kata}.py; maintainers: run `make stubs` and commit")
+    assert committed == expected, (
+        f"katas/{kata}.py as committed differs from the stub generated from "
+        f"solutions/{kata}.py; maintainers: run `make stubs` and commit"
+    )

@@ -1,0 +1,168 @@
+"""The grader itself: verdicts for broken kata files, JSON, exit codes and usage errors.
+
+tests/broken/ holds causal_mask files that fail in every way a half-written kata can;
+each must get the right status while the grader goes on to grade the rest.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+import grader  # noqa: E402
+
+BROKEN = ROOT / "tests" / "broken"
+EXPECTED = {  # file under tests/broken -> (status, words its message must contain)
+    "syntax_error": ("error", "SyntaxError"),
+    "raises_at_import": ("error", "IndexError"),
+    "missing_symbol": ("error", "defines no `causal_mask`"),
+    "endless_loop": ("timeout", "per-test limit of 3 s"),
+    "exits_interpreter": ("crash", "exit code 3"),
+    "segfault": ("crash", "SIGSEGV"),
+    "calls_sys_exit": ("fail", "SystemExit"),
+    "floods_output": ("fail", "printed"),
+    "half_done": ("fail", "only CPU so far"),
+}
+
+
+def run_grader(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "grader.py"), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture(scope="module")
+def broken_verdicts(request) -> dict[str, grader.KataResult]:
+    jobs = [("causal_mask", BROKEN / f"{name}.py") for name in EXPECTED]
+    results = grader.grade_all(
+        jobs, seed=request.config.kata_seed, device="cpu", time_limit=60, test_timeout=3, workers=grader.default_jobs()
+    )
+    return dict(zip(EXPECTED, results))
+
+
+def test_every_broken_file_has_an_expected_verdict():
+    assert sorted(p.stem for p in BROKEN.glob("*.py")) == sorted(EXPECTED)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", EXPECTED)
+def test_broken_kata_gets_the_right_verdict(name, broken_verdicts):
+    status, words = EXPECTED[name]
+    verdict = broken_verdicts[name]
+    assert (verdict.status, words in verdict.message) == (status, True), (
+        f"{name}: got {verdict.status!r} with message {verdict.message!r}; expected {status!r} mentioning {words!r}"
+    )
+    assert len(verdict.message) < 1500, "messages are truncated"
+
+
+@pytest.mark.timeout(120)
+def test_a_kata_past_its_wall_clock_limit_is_killed_and_reported():
+    verdict = grader.grade_kata(
+        "causal_mask", BROKEN / "endless_loop.py", seed=1, device="cpu", time_limit=6, test_timeout=60
+    )
+    assert verdict.status == "timeout" and "wall-clock" in verdict.message, verdict
+
+
+@pytest.mark.timeout(300)
+def test_json_report_and_exit_status_for_solutions(tmp_path):
+    out = tmp_path / "result.json"
+    run = run_grader(
+        "--impl", "solutions", "--kata", "causal_mask", "--kata", "padding_mask", "--json", str(out), "--device", "cpu"
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    data = json.loads(out.read_text())
+    assert data["score"] == 100
+    assert [k["name"] for k in data["katas"]] == ["causal_mask", "padding_mask"]
+    for kata in data["katas"]:
+        assert {"name", "status", "score", "passed", "total", "message", "timing"} <= set(kata)
+        assert kata["status"] == "pass" and kata["score"] == 1.0 and kata["passed"] == kata["total"] > 0
+        cpu = kata["timing"]["cpu"]
+        assert cpu["median_s"] > 0 and cpu["reference_median_s"] > 0
+        assert cpu["ratio"] == pytest.approx(cpu["median_s"] / cpu["reference_median_s"])
+    assert "causal_mask" in run.stdout and "pass" in run.stdout and "x (" in run.stdout
+
+
+@pytest.mark.timeout(300)
+def test_one_broken_kata_does_not_stop_the_others(tmp_path):
+    impl = tmp_path / "attempt"
+    impl.mkdir()
+    (impl / "causal_mask.py").write_text((BROKEN / "segfault.py").read_text())
+    (impl / "padding_mask.py").write_text((ROOT / "solutions" / "padding_mask.py").read_text())
+    out = tmp_path / "result.json"
+    run = run_grader(
+        "--impl",
+        str(impl),
+        "--kata",
+        "causal_mask",
+        "--kata",
+        "padding_mask",
+        "--no-timing",
+        "--json",
+        str(out),
+        "--device",
+        "cpu",
+    )
+    assert run.returncode == 1, run.stdout + run.stderr
+    statuses = {k["name"]: k["status"] for k in json.loads(out.read_text())["katas"]}
+    assert statuses == {"causal_mask": "crash", "padding_mask": "pass"}
+    assert json.loads(out.read_text())["score"] == 50
+
+
+@pytest.mark.timeout(300)
+def test_untouched_stub_is_todo_and_exits_1(tmp_path):
+    (tmp_path / "causal_mask.py").write_text(grader.make_stub((ROOT / "solutions" / "causal_mask.py").read_text()))
+    run = run_grader("--impl", str(tmp_path), "--kata", "causal_mask", "--no-timing", "--device", "cpu")
+    assert run.returncode == 1
+    assert "todo" in run.stdout and "Score: 0.0 / 100" in run.stdout
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--kata", "no_such_kata"], "unknown kata 'no_such_kata'"),
+        (["--impl", "no/such/folder"], "no such folder"),
+        (["--device", "tpu"], "invalid choice"),
+        (["--seed", "abc"], "invalid int value"),
+        (["--jobs", "0"], "must be positive"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, words):
+    run = run_grader(*args)
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], run.stderr
+
+
+def test_classify_needs_positive_evidence_for_a_pass():
+    """A process that reported every test passed but exited non-zero, or reported no tests, is not a pass."""
+    events = [
+        {"event": "collected", "tests": ["t1"]},
+        {"event": "test", "nodeid": "t1", "name": "t1", "outcome": "passed"},
+        {"event": "finish", "exitstatus": 0},
+    ]
+    assert grader.classify("k", events, 0, False, "", 60).status == "pass"
+    assert grader.classify("k", events, 1, False, "", 60).status != "pass"
+    assert grader.classify("k", events[:2], 0, False, "", 60).status == "crash"
+    assert (
+        grader.classify(
+            "k", [{"event": "collected", "tests": []}, {"event": "finish", "exitstatus": 5}], 5, False, "", 60
+        ).status
+        != "pass"
+    )
+    skipped = [events[0], {**events[1], "outcome": "skipped", "message": "learner skipped it"}, events[2]]
+    assert grader.classify("k", skipped, 0, False, "", 60).status == "fail"
+
+
+def test_stub_generation_keeps_todo_lines_and_raises():
+    solution = (
+        'def f(x):\n    """Doc."""\n    ### BEGIN SOLUTION\n    # TODO: double it.\n'
+        "    y = 2 * x  # secret\n    return y\n    ### END SOLUTION\n"
+    )
+    assert (
+        grader.make_stub(solution)
+        == 'def f(x):\n    """Doc."""\n    # TODO: double it.\n    raise NotImplementedError\n'
+    )
