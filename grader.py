@@ -499,7 +499,7 @@ def parse_grade_args(argv: list[str], catalog: list[Kata]) -> argparse.Namespace
     parser = KataArgumentParser(
         prog="grader.py",
         description="Grade the katas against PyTorch.",
-        epilog="Other commands: python grader.py stubs [--write]",
+        epilog="Other commands: python grader.py stubs [--write] | table",
     )
     parser.add_argument(
         "--impl",
@@ -575,7 +575,22 @@ def grade_command(argv: list[str]) -> int:
     return 0 if all(r.status == "pass" for r in results) else 1
 
 
-COMMANDS = {"stubs": stubs_command, "_time": time_command}
+def kata_table(catalog: list[Kata]) -> str:
+    """The README's kata table, made from info.toml so the two never disagree."""
+    rows = ["| kata | what you write | difficulty | minutes | judged against |", "|---|---|---|---|---|"]
+    for kata in catalog:
+        stars = "★" * kata.difficulty + "☆" * (5 - kata.difficulty)
+        rows.append(f"| `{kata.name}` | {kata.title} | {stars} | {kata.minutes} | {kata.reference} |")
+    return "\n".join(rows)
+
+
+def table_command(argv: list[str]) -> int:
+    KataArgumentParser(prog="grader.py table", description="Print the README's kata table.").parse_args(argv)
+    print(kata_table(load_catalog()))
+    return 0
+
+
+COMMANDS = {"stubs": stubs_command, "table": table_command, "_time": time_command}
 
 
 def main(argv: list[str]) -> int:

@@ -166,3 +166,12 @@ def test_stub_generation_keeps_todo_lines_and_raises():
         grader.make_stub(solution)
         == 'def f(x):\n    """Doc."""\n    # TODO: double it.\n    raise NotImplementedError\n'
     )
+
+
+def test_readme_kata_table_matches_info_toml():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    start, end = readme.index("<!-- kata-table"), readme.index("<!-- /kata-table -->")
+    shown = readme[start:end].split("\n", 1)[1].strip()
+    assert shown == grader.kata_table(grader.load_catalog()), (
+        "README's kata table is out of date: paste the output of `python grader.py table`"
+    )
