@@ -154,33 +154,31 @@ def crash_details(log_path: Path, kata_path: Path) -> str:
     return log_tail(log_path)
 
 
+# Options for every kata process: no cache files, per-test limits, our own addopts only.
+PYTEST_FLAGS = ("-p", "no:cacheprovider", "-p", "pytest_timeout", "-o", "addopts=", "-q")
+MEMORY_LIMIT_MB = 4096  # address space per kata process on CPU-only runs; torch itself takes ~650 MB
+OUTPUT_LIMIT_MB = 64  # bytes a kata process may write (its captured prints included)
+
+
 def grade_kata(
-    name: str, path: Path, *, seed: int, device: str, time_limit: float, test_timeout: float, threads: int | None = 1
+    name: str,
+    path: Path,
+    *,
+    seed: int,
+    device: str,
+    time_limit: float,
+    test_timeout: float,
+    threads: int | None = 1,
 ) -> KataResult:
     """Run one kata's tests on the file at `path` and classify the outcome."""
     with tempfile.TemporaryDirectory(prefix=f"kata-{name}-") as scratch:
         results, log = Path(scratch) / "results.jsonl", Path(scratch) / "output.log"
-        command = [
-            sys.executable,
-            "-m",
-            "pytest",
-            str(TESTS / f"test_{name}.py"),
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "pytest_timeout",
-            "-o",
-            "addopts=",
-            "-q",
-            "--impl",
-            str(path),
-            "--seed",
-            str(seed),
-            "--device",
-            device,
-            "--results",
-            str(results),
+        command = [sys.executable, "-m", "pytest", str(TESTS / f"test_{name}.py"), *PYTEST_FLAGS]
+        command += ["--impl", str(path), "--seed", str(seed), "--device", device, "--results", str(results)]
+        command += [
             f"--timeout={test_timeout}",
+            f"--memory-limit-mb={MEMORY_LIMIT_MB}",
+            f"--output-limit-mb={OUTPUT_LIMIT_MB}",
         ]
         returncode, timed_out = run_isolated(command, time_limit=time_limit, log_path=log, env=kata_env(threads))
         return classify(name, read_events(results), returncode, timed_out, crash_details(log, path), time_limit)
@@ -206,6 +204,12 @@ def classify(
 
     running = collected[len(reports)] if collected and len(reports) < len(collected) else None
     load_error = next((f for f in failures if f.get("error") == "KataLoadError"), None)
+    forbidden = next((f for f in failures if f.get("error") == "ForbiddenCallError"), None)
+    flood = next((f for f in failures if "File too large" in f.get("message", "")), None)
+    out_of_memory = next(
+        (f for f in failures if f.get("error") == "MemoryError" or "can't allocate memory" in f.get("message", "")),
+        None,
+    )
     if timed_out:
         where = f" during '{running.split('::')[-1]}'" if running else ""
         return result(
@@ -213,6 +217,8 @@ def classify(
         )
     if load_error:
         return result("error", load_error["message"])
+    if forbidden:
+        return result("forbidden", forbidden["message"])
     if collected is None:
         if finished:
             return result("error", f"the tests of {name} could not be collected (a grader bug): {tail}", True)
@@ -221,6 +227,15 @@ def classify(
         where = f" during '{running.split('::')[-1]}'" if running else ""
         return result(
             "crash", f"the test process died{where} ({exit_reason(returncode)})" + (f": {tail}" if tail else "")
+        )
+    if flood:
+        return result("fail", f"{flood['name']}: the kata printed more than {OUTPUT_LIMIT_MB} MB of output; print less")
+    if out_of_memory:
+        return result(
+            "error",
+            f"{out_of_memory['name']}: ran out of memory (limit {MEMORY_LIMIT_MB} MB; is a "
+            "tensor far too large?): "
+            f"{out_of_memory['message'][:200]}",
         )
     slow = next((f for f in failures if f.get("error") == "Failed" and "Timeout" in f.get("message", "")), None)
     if slow:
@@ -243,14 +258,23 @@ def classify(
     )
 
 
+SIGNAL_MEANINGS = {
+    signal.SIGSEGV: "a segmentation fault",
+    signal.SIGKILL: "out of memory?",
+    signal.SIGABRT: "an abort in native code",
+}
+
+
 def exit_reason(returncode: int | None) -> str:
     if returncode is None:
         return "killed"
     if returncode < 0:
         try:
-            return f"killed by {signal.Signals(-returncode).name}"
+            number = signal.Signals(-returncode)
         except ValueError:
             return f"killed by signal {-returncode}"
+        meaning = SIGNAL_MEANINGS.get(number)
+        return f"killed by {number.name}" + (f": {meaning}" if meaning else "")
     return f"exit code {returncode}"
 
 
@@ -308,8 +332,14 @@ def time_command(argv: list[str]) -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--min-run-time", type=float, default=0.1)
     args = parser.parse_args(argv)
+    import resource
+
     import torch  # only this process and the kata processes pay for importing torch
     from torch.utils import benchmark
+
+    if not torch.cuda.is_available():  # the same limits as the kata processes
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_MB << 20, MEMORY_LIMIT_MB << 20))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT_MB << 20, OUTPUT_LIMIT_MB << 20))
 
     sys.path.insert(0, str(TESTS))
     from kata_testing import load_kata
@@ -401,6 +431,8 @@ def report(results: list[KataResult], *, impl: str, seed: int, colour: bool, tim
         if r.status in ("pass", "todo"):
             continue
         lines.append(f"{r.name}: {r.status}: {r.message}")
+        if r.failures and r.failures[0].get("output"):
+            lines.append(f"    it printed: {r.failures[0]['output']!r}")
         if r.status != "fail":  # one cause explains every failed test
             continue
         for failure in r.failures[1:3]:

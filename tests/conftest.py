@@ -7,14 +7,18 @@ owns, so nothing the learner prints can forge a result).
 
 import json
 import random
+import resource
 import zlib
 from pathlib import Path
 
 import pytest
 import torch
+
+from forbidden import NONE, ForbiddenCallError, GuardedKata, scan_escape_hatches
 from kata_testing import MESSAGE_LIMIT, KataLoadError, load_kata
 
 ROOT = Path(__file__).resolve().parents[1]
+OUTPUT_LIMIT = 300  # characters of a failed test's captured output kept in the report
 
 
 def pytest_addoption(parser):
@@ -32,9 +36,22 @@ def pytest_addoption(parser):
         help="auto: CPU, plus CUDA when available (skipped otherwise)",
     )
     group.addoption("--results", default=None, help="(grader) append one JSON line per test outcome to this file")
+    group.addoption("--memory-limit-mb", type=int, default=0, help="(grader) address-space limit on CPU-only runs")
+    group.addoption("--output-limit-mb", type=int, default=0, help="(grader) limit on bytes written to files")
+
+
+def apply_limits(config) -> None:
+    """Keep one kata from taking the machine down. The address-space limit applies only
+    without CUDA, whose driver reserves far more virtual memory than it uses."""
+    memory, output = config.getoption("memory_limit_mb"), config.getoption("output_limit_mb")
+    if memory and (config.getoption("device") == "cpu" or not torch.cuda.is_available()):
+        resource.setrlimit(resource.RLIMIT_AS, (memory << 20, memory << 20))
+    if output:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (output << 20, output << 20))
 
 
 def pytest_configure(config):
+    apply_limits(config)
     seed = config.getoption("seed")
     config.kata_seed = random.SystemRandom().randrange(1_000_000) if seed is None else seed
     results = config.getoption("results")
@@ -71,9 +88,49 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture(scope="module")
 def kata(request):
-    """The module under test, imported from --impl; each test module names KATA and SYMBOL."""
+    """The module under test, imported from --impl; each test module names KATA and SYMBOL,
+    and may name FORBIDDEN rules, enforced while the kata's own code runs."""
     module = request.module
-    return load_kata(impl_path(request.config, module.KATA), module.SYMBOL)
+    path = impl_path(request.config, module.KATA)
+    hatches = scan_escape_hatches(path)
+    if hatches:
+        raise ForbiddenCallError(
+            f"{path.name} uses {hatches[0].split(': ')[1]} ({hatches[0].split(':')[0]}), "
+            "which reaches around the grader's checks; no kata needs it"
+        )
+    loaded = load_kata(path, module.SYMBOL)
+    return GuardedKata(loaded, module.SYMBOL, getattr(module, "FORBIDDEN", NONE), module.KATA)
+
+
+def torch_state() -> dict:
+    return {
+        "default dtype": torch.get_default_dtype(),
+        "default device": torch.get_default_device(),
+        "grad mode": torch.is_grad_enabled(),
+        "inference mode": torch.is_inference_mode_enabled(),
+        "deterministic algorithms": torch.are_deterministic_algorithms_enabled(),
+        "number of threads": torch.get_num_threads(),
+    }
+
+
+@pytest.fixture(autouse=True)
+def torch_state_is_unchanged():
+    """One kata must not poison the next: torch's global settings are as they were."""
+    before = torch_state()
+    yield
+    after = torch_state()
+    changed = [name for name in before if after[name] != before[name]]
+    if changed:
+        torch.set_default_dtype(before["default dtype"])
+        torch.set_default_device(before["default device"])
+        torch.set_grad_enabled(before["grad mode"])
+        torch.use_deterministic_algorithms(before["deterministic algorithms"])
+        torch.set_num_threads(before["number of threads"])
+        name = changed[0]
+        raise AssertionError(
+            f"the kata changed torch's {name} from {before[name]} to {after[name]} and left it so; "
+            "restore global settings (e.g. with a context manager) or avoid them"
+        )
 
 
 @pytest.fixture
@@ -113,7 +170,7 @@ def describe_error(item, excinfo) -> tuple[str, str]:
     """(exception type, one-paragraph message), pointing into the kata file when it raised there."""
     error = excinfo.value
     kind = type(error).__name__
-    plain = isinstance(error, (AssertionError, KataLoadError))  # messages written to be read as they are
+    plain = isinstance(error, (AssertionError, KataLoadError, ForbiddenCallError))  # written to be read as is
     text = str(error) if plain else f"{kind}: {error}".rstrip(": ")
     kata_name = getattr(item.module, "KATA", None)
     if kata_name and not isinstance(error, AssertionError):
@@ -156,6 +213,9 @@ class ResultWriter:
         if report.failed and outcome["outcome"] != "failed":
             kind, text = getattr(report, "kata_error", ("Error", report.longreprtext[-MESSAGE_LIMIT:]))
             outcome.update(outcome="failed", error=kind, message=text)
+            printed = report.capstdout + report.capstderr
+            if printed:  # what the kata printed, truncated: enough to debug, never a flood
+                outcome["output"] = printed[:OUTPUT_LIMIT] + (" ..." if len(printed) > OUTPUT_LIMIT else "")
         elif report.skipped and outcome["outcome"] == "passed":
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
             outcome.update(outcome="skipped", message=reason.removeprefix("Skipped: "))

@@ -98,7 +98,7 @@ def _index(flat_index: int, shape) -> tuple:
     return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat_index), tuple(shape))) if shape else ()
 
 
-def assert_close(actual, expected: torch.Tensor, *, call: str, what: str = "a result", tolerance=None) -> None:
+def assert_close(actual, expected: torch.Tensor, *, call: str, what: str = "result", tolerance=None) -> None:
     """Compare a float result with the reference, using explicit (rtol, atol).
 
     `tolerance` defaults to TOLERANCES[expected.dtype]. The message names the call, the
@@ -121,7 +121,7 @@ def assert_close(actual, expected: torch.Tensor, *, call: str, what: str = "a re
         worst = _index(int(diff.flatten().argmax()), got.shape)
         off = ~torch.isclose(got, want, **tolerance)
         return (
-            f"{call} returned {what} that differs from the reference: {int(off.sum())} of {off.numel()} "
+            f"{call} returned wrong {what}: {int(off.sum())} of {off.numel()} "
             f"elements are off; the worst is at index {worst}: got {got[worst].item():.9g}, expected "
             f"{want[worst].item():.9g}, off by {diff[worst].item():.3g} "
             f"(allowed: {tolerance['atol']:g} + {tolerance['rtol']:g} * |expected|)"
@@ -135,19 +135,36 @@ def _grid(mask: torch.Tensor) -> str:
     return "\n".join("    " + " ".join(str(v) for v in row) for row in rows)
 
 
-def assert_equal_mask(actual, expected: torch.Tensor, *, call: str, what: str = "a mask") -> None:
+def assert_equal_mask(actual, expected: torch.Tensor, *, call: str, what: str = "mask") -> None:
     """Compare boolean masks exactly; small 2-D masks are drawn in the message."""
     check_tensor_kind(actual, expected, call=call, what=what)
     wrong = actual.cpu() != expected.cpu()
     if wrong.any():
         where = _index(int(wrong.flatten().nonzero()[0]), expected.shape)
         text = (
-            f"{call} returned {what} that differs at {int(wrong.sum())} of {wrong.numel()} positions; "
+            f"{call} returned a wrong {what}: it differs at {int(wrong.sum())} of {wrong.numel()} positions; "
             f"first at index {where}: got {bool(actual[where])}, expected {bool(expected[where])}"
         )
         if expected.dim() == 2 and expected.shape[0] <= 8 and expected.shape[1] <= 12:
             text += f"\n  got (1 = True):\n{_grid(actual.cpu())}\n  expected:\n{_grid(expected.cpu())}"
         raise AssertionError(text)
+
+
+def call_and_check_inputs(fn, call: str, **inputs: torch.Tensor):
+    """Return fn(), after checking it left every named input tensor as it was.
+
+    Run this before judging values: a kata that scales `query` in place would otherwise be
+    told its output is wrong, which hides the real slip.
+    """
+    snapshots = {  # meta tensors have no values to compare
+        name: tensor.clone()
+        for name, tensor in inputs.items()
+        if isinstance(tensor, torch.Tensor) and not tensor.is_meta
+    }
+    result = fn()
+    for name, snapshot in snapshots.items():
+        assert_not_modified(name, inputs[name], snapshot, call=call)
+    return result
 
 
 def assert_not_modified(name: str, argument: torch.Tensor, snapshot: torch.Tensor, *, call: str) -> None:

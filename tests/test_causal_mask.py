@@ -2,11 +2,14 @@
 
 import pytest
 import torch
-from kata_testing import assert_equal_mask, assert_prints_nothing, call_repr, check_tensor_kind
 from torch import nn
+
+from forbidden import CAUSAL_MASK
+from kata_testing import assert_equal_mask, assert_prints_nothing, call_repr, check_tensor_kind
 
 KATA = "causal_mask"
 SYMBOL = "causal_mask"
+FORBIDDEN = CAUSAL_MASK
 
 
 def reference(seq_len: int, device="cpu") -> torch.Tensor:
@@ -29,7 +32,7 @@ def test_mask_is_built_on_the_requested_device(kata, rng, device_type, other_dev
     call = call_repr("causal_mask", n, device=device)
     got = kata.causal_mask(n, device=device)
     if device.type == "meta":  # meta tensors have a shape and a device but no values
-        check_tensor_kind(got, reference(n, device), call=call, what="a mask")
+        check_tensor_kind(got, reference(n, device), call=call, what="mask")
     else:
         assert_equal_mask(got, reference(n, device), call=call)
 

@@ -16,16 +16,28 @@ sys.path.insert(0, str(ROOT))
 import grader  # noqa: E402
 
 BROKEN = ROOT / "tests" / "broken"
-EXPECTED = {  # file under tests/broken -> (status, words its message must contain)
-    "syntax_error": ("error", "SyntaxError"),
-    "raises_at_import": ("error", "IndexError"),
-    "missing_symbol": ("error", "defines no `causal_mask`"),
-    "endless_loop": ("timeout", "per-test limit of 3 s"),
-    "exits_interpreter": ("crash", "exit code 3"),
-    "segfault": ("crash", "SIGSEGV"),
-    "calls_sys_exit": ("fail", "SystemExit"),
-    "floods_output": ("fail", "printed"),
-    "half_done": ("fail", "only CPU so far"),
+EXPECTED = {  # tests/broken/<kata>/<file> -> (status, words its message must contain)
+    "causal_mask/syntax_error": ("error", "SyntaxError"),
+    "causal_mask/raises_at_import": ("error", "IndexError"),
+    "causal_mask/missing_symbol": ("error", "defines no `causal_mask`"),
+    "causal_mask/endless_loop": ("timeout", "per-test limit of 3 s"),
+    "causal_mask/exits_interpreter": ("crash", "exit code 3"),
+    "causal_mask/segfault": ("crash", "SIGSEGV"),
+    "causal_mask/calls_sys_exit": ("fail", "SystemExit"),
+    "causal_mask/floods_output": ("fail", "printed"),
+    "causal_mask/floods_gigabytes": ("fail", "more than 64 MB of output"),
+    "causal_mask/half_done": ("fail", "only CPU so far"),
+    "causal_mask/uses_the_reference": ("forbidden", "nn.Transformer.generate_square_subsequent_mask"),
+    "causal_mask/changes_default_dtype": ("fail", "default dtype"),
+    "causal_mask/allocates_absurd_tensor": ("error", "ran out of memory"),
+    "scaled_dot_product_attention/calls_sdpa": ("forbidden", "F.scaled_dot_product_attention"),
+    "scaled_dot_product_attention/calls_sdpa_by_alias": ("forbidden", "F.scaled_dot_product_attention"),
+    "scaled_dot_product_attention/calls_aten_sdpa": ("forbidden", "scaled_dot_product_attention"),
+    "scaled_dot_product_attention/disables_torch_function": ("forbidden", "DisableTorchFunction"),
+    "scaled_dot_product_attention/disables_modes": ("forbidden", "_python_dispatch"),
+    "scaled_dot_product_attention/swallows_the_refusal": ("forbidden", "F.scaled_dot_product_attention"),
+    "scaled_dot_product_attention/returns_nan": ("fail", "contains NaN at index"),
+    "scaled_dot_product_attention/modifies_query_in_place": ("fail", "modified its `query` argument in place"),
 }
 
 
@@ -37,15 +49,26 @@ def run_grader(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def broken_verdicts(request) -> dict[str, grader.KataResult]:
-    jobs = [("causal_mask", BROKEN / f"{name}.py") for name in EXPECTED]
-    results = grader.grade_all(
-        jobs, seed=request.config.kata_seed, device="cpu", time_limit=60, test_timeout=3, workers=grader.default_jobs()
-    )
-    return dict(zip(EXPECTED, results))
+    """Grade every broken file once; only the endless loop gets a short per-test limit."""
+    names = list(EXPECTED)
+    jobs = [(name.split("/")[0], BROKEN / f"{name}.py") for name in names]
+    verdicts = {}
+    for short in (True, False):
+        chosen = [(n, j) for n, j in zip(names, jobs) if (n == "causal_mask/endless_loop") == short]
+        results = grader.grade_all(
+            [j for _, j in chosen],
+            seed=request.config.kata_seed,
+            device="cpu",
+            time_limit=120,
+            test_timeout=3 if short else 30,
+            workers=grader.default_jobs(),
+        )
+        verdicts.update(zip([n for n, _ in chosen], results))
+    return verdicts
 
 
 def test_every_broken_file_has_an_expected_verdict():
-    assert sorted(p.stem for p in BROKEN.glob("*.py")) == sorted(EXPECTED)
+    assert sorted(f"{p.parent.name}/{p.stem}" for p in BROKEN.glob("*/*.py")) == sorted(EXPECTED)
 
 
 @pytest.mark.timeout(300)
@@ -62,7 +85,7 @@ def test_broken_kata_gets_the_right_verdict(name, broken_verdicts):
 @pytest.mark.timeout(120)
 def test_a_kata_past_its_wall_clock_limit_is_killed_and_reported():
     verdict = grader.grade_kata(
-        "causal_mask", BROKEN / "endless_loop.py", seed=1, device="cpu", time_limit=6, test_timeout=60
+        "causal_mask", BROKEN / "causal_mask" / "endless_loop.py", seed=1, device="cpu", time_limit=6, test_timeout=60
     )
     assert verdict.status == "timeout" and "wall-clock" in verdict.message, verdict
 
@@ -90,7 +113,7 @@ def test_json_report_and_exit_status_for_solutions(tmp_path):
 def test_one_broken_kata_does_not_stop_the_others(tmp_path):
     impl = tmp_path / "attempt"
     impl.mkdir()
-    (impl / "causal_mask.py").write_text((BROKEN / "segfault.py").read_text())
+    (impl / "causal_mask.py").write_text((BROKEN / "causal_mask" / "segfault.py").read_text())
     (impl / "padding_mask.py").write_text((ROOT / "solutions" / "padding_mask.py").read_text())
     out = tmp_path / "result.json"
     run = run_grader(

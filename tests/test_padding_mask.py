@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+
 from kata_testing import (
     assert_equal_mask,
     assert_not_modified,
@@ -73,7 +74,7 @@ def test_result_lives_on_the_device_of_lengths(kata, rng, other_device):
     if got is None:
         return  # reads lengths in Python: judged on a real GPU only
     if tensor.device.type == "meta":  # meta tensors have a shape and a device but no values
-        check_tensor_kind(got, reference(lengths, max_len, "meta"), call=call, what="a mask")
+        check_tensor_kind(got, reference(lengths, max_len, "meta"), call=call, what="mask")
     else:
         assert_equal_mask(got, reference(lengths, max_len, other_device), call=call)
 

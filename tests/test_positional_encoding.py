@@ -1,6 +1,7 @@
 """sinusoidal_positional_encoding: judged against the paper's formula computed in float64."""
 
 import torch
+
 from kata_testing import assert_close, assert_prints_nothing, call_repr, check_tensor_kind, describe, dtypes
 
 KATA = "positional_encoding"
@@ -40,7 +41,7 @@ def test_matches_the_formula(kata, rng, dtype):
     for (p, d), base in zip(hidden_sizes(rng), [10000.0, 10000.0, 100.0, rng.uniform(20, 5000), 10000.0]):
         call = call_repr("sinusoidal_positional_encoding", p, d, base, dtype=dtype)
         got = kata.sinusoidal_positional_encoding(p, d, base, dtype=dtype)
-        assert_close(got, reference(p, d, base).to(dtype), call=call, what="a table", tolerance=tolerance(dtype, p))
+        assert_close(got, reference(p, d, base).to(dtype), call=call, what="table", tolerance=tolerance(dtype, p))
 
 
 def test_defaults_are_base_10000_and_float32(kata, rng):
@@ -51,7 +52,7 @@ def test_defaults_are_base_10000_and_float32(kata, rng):
         got,
         want,
         call=call_repr("sinusoidal_positional_encoding", p, d),
-        what="a table",
+        what="table",
         tolerance=tolerance(torch.float32, p),
     )
 
@@ -61,7 +62,7 @@ def test_half_precision_is_computed_precisely_then_cast(kata, rng, dtype):
     for p, d in hidden_sizes(rng, max_positions=400):
         call = call_repr("sinusoidal_positional_encoding", p, d, dtype=dtype)
         got = kata.sinusoidal_positional_encoding(p, d, dtype=dtype)
-        assert_close(got, reference(p, d).to(dtype), call=call, what="a table", tolerance=tolerance(dtype, p))
+        assert_close(got, reference(p, d).to(dtype), call=call, what="table", tolerance=tolerance(dtype, p))
 
 
 def test_odd_d_model_raises_value_error(kata, rng):
@@ -81,9 +82,9 @@ def test_table_is_built_on_the_requested_device(kata, rng, other_device):
     got = kata.sinusoidal_positional_encoding(p, d, device=other_device)
     want = reference(p, d).to(torch.float32).to(other_device)
     if other_device == "meta":  # meta tensors have a shape and a device but no values
-        check_tensor_kind(got, want, call=call, what="a table")
+        check_tensor_kind(got, want, call=call, what="table")
     else:
-        assert_close(got, want, call=call, what="a table", tolerance=tolerance(torch.float32, p))
+        assert_close(got, want, call=call, what="table", tolerance=tolerance(torch.float32, p))
 
 
 def test_prints_nothing(kata, capfd):

@@ -1,5 +1,4 @@
 """Mutant of scaled_dot_product_attention: scores are not scaled."""
-import math
 
 import torch
 from torch import Tensor

@@ -1,0 +1,24 @@
+"""Broken scaled_dot_product_attention: switches the grader's modes off. Expected verdict: forbidden."""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch.utils import _python_dispatch as dispatch
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, is_causal=False, scale=None):
+    scale = 1 / math.sqrt(query.size(-1)) if scale is None else scale
+    scores = query @ key.transpose(-2, -1) * scale
+    if is_causal:
+        L, S = scores.shape[-2:]
+        keep = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else scores + attn_mask
+    weights = torch.softmax(scores, dim=-1)
+    with dispatch._disable_current_modes():
+        output = F.scaled_dot_product_attention(
+            query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale
+        )
+    return output, weights
