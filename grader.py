@@ -561,6 +561,8 @@ def parse_grade_args(argv: list[str], catalog: list[Kata]) -> argparse.Namespace
         raise UsageError(f"--impl {args.impl}: no such folder")
     if args.jobs < 1 or args.time_limit <= 0 or args.test_timeout <= 0:
         raise UsageError("--jobs, --time-limit and --test-timeout must be positive")
+    if args.json and not Path(args.json).resolve().parent.is_dir():
+        raise UsageError(f"--json {args.json}: no such folder for the report")
     args.impl_dir = impl
     args.names = args.kata or names
     return args
@@ -596,12 +598,18 @@ def grade_command(argv: list[str]) -> int:
         workers=min(args.jobs, len(paths)),
     )
     if not args.no_timing:
-        time_passing(results, paths, device=args.device, per_kata_limit=args.time_limit)
+        try:
+            time_passing(results, paths, device=args.device, per_kata_limit=args.time_limit)
+        except OSError as error:  # timing is extra: the verdicts stand without it
+            for result in results:
+                result.timing = result.timing or (
+                    {"error": f"timing failed: {error}"} if result.status == "pass" else {}
+                )
+    if args.json:  # first, so a reader gets the verdicts whatever happens to the terminal
+        write_json(args.json, results, seed)
     shown = os.path.relpath(args.impl_dir, Path.cwd())
     colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     print(report(results, impl=shown, seed=seed, colour=colour, timing=not args.no_timing))
-    if args.json:
-        write_json(args.json, results, seed)
     if any(r.internal_error for r in results):
         return 2
     return 0 if all(r.status == "pass" for r in results) else 1

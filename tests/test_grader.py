@@ -151,6 +151,7 @@ def test_untouched_stub_is_todo_and_exits_1(tmp_path):
         (["--device", "tpu"], "invalid choice"),
         (["--seed", "abc"], "invalid int value"),
         (["--jobs", "0"], "must be positive"),
+        (["--json", "no/such/folder/out.json"], "no such folder for the report"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, words):
