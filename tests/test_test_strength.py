@@ -1,6 +1,7 @@
 """The tests' own strength, judged through the real grader pipeline.
 
-- every mutant (a realistic wrong implementation, tests/mutants/<kata>/<slip>.py) is graded "fail";
+- every mutant (a realistic wrong implementation, tests/mutants/<kata>/<slip>.py) is graded "fail"
+  (or "forbidden", for one that calls what the kata forbids);
 - every variant (a correct implementation in another style, tests/variants/<kata>/<style>.py)
   is graded "pass";
 - every stub generated from solutions/ is graded "todo", and katas/ as committed is that stub.
@@ -60,7 +61,8 @@ def test_kata_has_enough_mutants(kata):
 @pytest.mark.parametrize("path", MUTANTS, ids=case_id)
 def test_mutant_is_rejected(path, verdicts):
     verdict = verdicts[path]
-    assert verdict.status == "fail", f"mutant {case_id(path)} was graded {verdict.status!r}, not 'fail': " + (
+    rejected = ("fail", "forbidden")  # forbidden: a mutant that calls what its kata forbids
+    assert verdict.status in rejected, f"mutant {case_id(path)} was graded {verdict.status!r}, not {rejected}: " + (
         "it survived, so a test is missing" if verdict.status == "pass" else verdict.message
     )
 

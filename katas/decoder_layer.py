@@ -1,0 +1,105 @@
+"""Kata: a Transformer decoder layer, the module behind nn.TransformerDecoderLayer (batch-first)."""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class TransformerDecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention to the encoder's output, and a feed-forward
+    network, each in a residual branch with a LayerNorm.
+
+    Sizes: B batch, T target length, S memory (source) length, E = d_model, H = nhead,
+    hs = E // H the head size.
+
+    __init__(d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu",
+             layer_norm_eps=1e-5, norm_first=False, bias=True)
+        - raise ValueError when d_model is not divisible by nhead.
+        - submodules named as in PyTorch, so the grader can copy its weights into yours:
+            self_attn, multihead_attn:  multi-head attention, each with q_proj, k_proj,
+                                        v_proj, out_proj: nn.Linear(d_model, d_model, bias=bias)
+            linear1:                    nn.Linear(d_model, dim_feedforward, bias=bias)
+            linear2:                    nn.Linear(dim_feedforward, d_model, bias=bias)
+            norm1, norm2, norm3:        nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        - activation: "relu" or "gelu" (the exact, erf GELU).
+        - bias=False: no bias in any Linear or LayerNorm.
+        - dropout: on the attention weights, after the activation, and on each branch's
+          output, in train() mode only; eval() disables it.
+
+    forward(tgt [B, T, E], memory [B, S, E], tgt_mask=None, memory_mask=None,
+            tgt_key_padding_mask=None, memory_key_padding_mask=None,
+            tgt_is_causal=False, memory_is_causal=False) -> [B, T, E]
+        sa(x) = self_attn(x, x, x)                 the target attends to itself
+        ca(x) = multihead_attn(x, memory, memory)  the target attends to the memory
+        ff(x) = linear2(dropout(activation(linear1(x))))
+        norm_first=False (post-norm):  x = norm1(x + sa(x)); x = norm2(x + ca(x)); x = norm3(x + ff(x))
+        norm_first=True  (pre-norm):   x = x + sa(norm1(x)); x = x + ca(norm2(x)); x = x + ff(norm3(x))
+        (pre-norm normalises the target only; the memory goes into ca as it is.)
+        Masks follow PyTorch's nn.* modules, NOT F.scaled_dot_product_attention:
+        - a BOOLEAN mask is True where attention is BLOCKED (SDPA: True = may attend);
+        - a FLOAT mask is ADDED to the scores (0 = no change, -inf = blocked).
+        - tgt_mask [T, T] and tgt_key_padding_mask [B, T] go to the self-attention;
+          memory_mask [T, S] and memory_key_padding_mask [B, S] to the cross-attention.
+        - tgt_is_causal=True blocks target key j for query i when j > i, by itself;
+          memory_is_causal=True does the same for memory key j (top-left aligned when T != S).
+          PyTorch only takes them as hints that the masks are causal and wants the masks too.
+        - a query row whose every key is blocked is undefined and not judged.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation: str = "relu",
+        layer_norm_eps: float = 1e-5,
+        norm_first: bool = False,
+        bias: bool = True,
+    ):
+        super().__init__()
+        # TODO: self_attn and multihead_attn (your own multi-head attention below), the feed-forward network.
+        # TODO: norm1, norm2, norm3 with eps=layer_norm_eps; a dropout for each branch's output.
+        # TODO: remember norm_first and the activation ("relu" or "gelu").
+        raise NotImplementedError
+
+    def forward(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        tgt_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        tgt_key_padding_mask: Tensor | None = None,
+        memory_key_padding_mask: Tensor | None = None,
+        tgt_is_causal: bool = False,
+        memory_is_causal: bool = False,
+    ) -> Tensor:
+        # TODO: three branches: self-attention (tgt masks), cross-attention to memory (memory masks),
+        # TODO: feed-forward.
+        # TODO: pre-norm normalises each branch's input; post-norm normalises after the residual add.
+        raise NotImplementedError
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention (batch-first); forward returns the output [B, L, E] only."""
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
+        super().__init__()
+        # TODO: ValueError unless embed_dim divides by num_heads; q_proj, k_proj, v_proj, out_proj.
+        raise NotImplementedError
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        attn_mask: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        is_causal: bool = False,
+    ) -> Tensor:
+        # TODO: project and split into heads: (B, L, E) -> (B, H, L, hs).
+        # TODO: is_causal, attn_mask [L, S], key_padding_mask [B, S]: True = blocked, float = added.
+        # TODO: softmax over the keys, dropout, weighted sum, heads side by side, out_proj.
+        raise NotImplementedError

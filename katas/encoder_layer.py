@@ -1,0 +1,92 @@
+"""Kata: a Transformer encoder layer, the module behind nn.TransformerEncoderLayer (batch-first)."""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class TransformerEncoderLayer(nn.Module):
+    """Self-attention and a feed-forward network, each in a residual branch with a LayerNorm.
+
+    Sizes: B batch, S sequence length, E = d_model, H = nhead, hs = E // H the head size.
+
+    __init__(d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu",
+             layer_norm_eps=1e-5, norm_first=False, bias=True)
+        - raise ValueError when d_model is not divisible by nhead.
+        - submodules named as in PyTorch, so the grader can copy its weights into yours:
+            self_attn:      multi-head attention with q_proj, k_proj, v_proj, out_proj,
+                            each nn.Linear(d_model, d_model, bias=bias)
+            linear1:        nn.Linear(d_model, dim_feedforward, bias=bias)
+            linear2:        nn.Linear(dim_feedforward, d_model, bias=bias)
+            norm1, norm2:   nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        - activation: "relu" or "gelu" (the exact, erf GELU).
+        - bias=False: no bias in any Linear or LayerNorm.
+        - dropout: on the attention weights, after the activation, and on each branch's
+          output, in train() mode only; eval() disables it.
+
+    forward(src [B, S, E], src_mask=None, src_key_padding_mask=None, is_causal=False) -> [B, S, E]
+        norm_first=False (post-norm, the 2017 paper):  x = norm1(x + sa(x)); x = norm2(x + ff(x))
+        norm_first=True  (pre-norm):                   x = x + sa(norm1(x)); x = x + ff(norm2(x))
+        where ff(x) = linear2(dropout(activation(linear1(x)))).
+        Masks follow PyTorch's nn.* modules, NOT F.scaled_dot_product_attention:
+        - a BOOLEAN mask is True where attention is BLOCKED (SDPA: True = may attend);
+        - a FLOAT mask is ADDED to the scores (0 = no change, -inf = blocked).
+        - src_mask [S, S], the same for every batch row and head;
+          src_key_padding_mask [B, S], True = padding, a key no query may attend to.
+        - is_causal=True blocks key j for query i when j > i, by itself (PyTorch only takes
+          it as a hint that src_mask is causal and wants the mask too).
+        - a query row whose every key is blocked is undefined and not judged.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation: str = "relu",
+        layer_norm_eps: float = 1e-5,
+        norm_first: bool = False,
+        bias: bool = True,
+    ):
+        super().__init__()
+        # TODO: self_attn (your own multi-head attention below), then the feed-forward network.
+        # TODO: norm1 and norm2 with eps=layer_norm_eps; a dropout for each branch's output.
+        # TODO: remember norm_first and the activation ("relu" or "gelu").
+        raise NotImplementedError
+
+    def forward(
+        self,
+        src: Tensor,
+        src_mask: Tensor | None = None,
+        src_key_padding_mask: Tensor | None = None,
+        is_causal: bool = False,
+    ) -> Tensor:
+        # TODO: the two branches: self-attention, and ff(x) = linear2(dropout(activation(linear1(x)))).
+        # TODO: pre-norm normalises each branch's input; post-norm normalises after the residual add.
+        raise NotImplementedError
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention (batch-first); forward returns the output [B, L, E] only."""
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
+        super().__init__()
+        # TODO: ValueError unless embed_dim divides by num_heads; q_proj, k_proj, v_proj, out_proj.
+        raise NotImplementedError
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        attn_mask: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        is_causal: bool = False,
+    ) -> Tensor:
+        # TODO: project and split into heads: (B, L, E) -> (B, H, L, hs).
+        # TODO: is_causal, attn_mask [L, S], key_padding_mask [B, S]: True = blocked, float = added.
+        # TODO: softmax over the keys, dropout, weighted sum, heads side by side, out_proj.
+        raise NotImplementedError

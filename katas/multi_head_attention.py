@@ -1,0 +1,70 @@
+"""Kata: multi-head attention, the module behind nn.MultiheadAttention (batch-first)."""
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head scaled dot-product attention, as nn.MultiheadAttention(batch_first=True).
+
+    Sizes: B batch, L query length, S key/value length, E embed_dim, H num_heads,
+    hs = E // H the head size.
+
+    __init__(embed_dim, num_heads, dropout=0.0, bias=True)
+        - raise ValueError when embed_dim is not divisible by num_heads.
+        - four submodules, each nn.Linear(embed_dim, embed_dim, bias=bias):
+          q_proj, k_proj, v_proj (the inputs' projections) and out_proj (the output's).
+          nn.MultiheadAttention packs the first three into one in_proj_weight [3E, E];
+          the grader copies its three slices into yours.
+        - dropout: probability of zeroing an attention weight, in train() mode only.
+          eval() disables it.
+
+    forward(query [B, L, E], key [B, S, E], value [B, S, E],
+            key_padding_mask=None, attn_mask=None, need_weights=True, is_causal=False)
+        -> (output [B, L, E], weights [B, H, L, S] or None)
+
+        Masks follow nn.MultiheadAttention, NOT F.scaled_dot_product_attention:
+        - a BOOLEAN mask is True where attention is BLOCKED (F.scaled_dot_product_attention
+          uses the opposite: True = may attend).
+        - a FLOAT mask is ADDED to the scores (0 = no change, -inf = blocked).
+        - key_padding_mask [B, S]: per batch row, the keys to ignore (padding).
+        - attn_mask [L, S]: the same for every batch row and head.
+        - is_causal=True blocks key j for query i when j > i, by itself (no attn_mask
+          needed; nn.MultiheadAttention only takes it as a hint that attn_mask is causal).
+        - a query row whose every key is blocked is undefined and not judged.
+        weights: per head (average_attn_weights=False in PyTorch's terms), the softmax
+        probabilities; None when need_weights=False.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
+        super().__init__()
+        # TODO: raise ValueError unless embed_dim divides evenly into num_heads heads.
+        # TODO: keep the sizes and the dropout probability for forward.
+        # TODO: q_proj, k_proj, v_proj and out_proj, each nn.Linear(embed_dim, embed_dim, bias=bias).
+        raise NotImplementedError
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        key_padding_mask: Tensor | None = None,
+        attn_mask: Tensor | None = None,
+        need_weights: bool = True,
+        is_causal: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        # TODO: project query, key and value, then split E into H heads of size hs:
+        # TODO: (B, L, E) -> (B, L, H, hs) -> (B, H, L, hs), so each head attends on its own.
+        # TODO: scores scaled by 1/sqrt(hs), the HEAD size: keeps their variance near 1.
+        # TODO: apply is_causal, attn_mask [L, S] and key_padding_mask [B, S] (True = blocked).
+        # TODO: softmax over the keys; dropout on the weights (active in train() only).
+        # TODO: weighted sum of the values, heads back side by side, then out_proj.
+        raise NotImplementedError
+
+
+def masked(scores: Tensor, mask: Tensor) -> Tensor:
+    """Scores with `mask` applied: a boolean mask blocks where True, a float mask is added."""
+    # TODO: True -> -inf (softmax gives 0); a float mask is added as it is.
+    raise NotImplementedError

@@ -1,0 +1,131 @@
+"""Mutant of encoder_layer: post-norm without the feed-forward residual: norm2(ff(x))."""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class TransformerEncoderLayer(nn.Module):
+    """Self-attention and a feed-forward network, each in a residual branch with a LayerNorm.
+
+    Sizes: B batch, S sequence length, E = d_model, H = nhead, hs = E // H the head size.
+
+    __init__(d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu",
+             layer_norm_eps=1e-5, norm_first=False, bias=True)
+        - raise ValueError when d_model is not divisible by nhead.
+        - submodules named as in PyTorch, so the grader can copy its weights into yours:
+            self_attn:      multi-head attention with q_proj, k_proj, v_proj, out_proj,
+                            each nn.Linear(d_model, d_model, bias=bias)
+            linear1:        nn.Linear(d_model, dim_feedforward, bias=bias)
+            linear2:        nn.Linear(dim_feedforward, d_model, bias=bias)
+            norm1, norm2:   nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        - activation: "relu" or "gelu" (the exact, erf GELU).
+        - bias=False: no bias in any Linear or LayerNorm.
+        - dropout: on the attention weights, after the activation, and on each branch's
+          output, in train() mode only; eval() disables it.
+
+    forward(src [B, S, E], src_mask=None, src_key_padding_mask=None, is_causal=False) -> [B, S, E]
+        norm_first=False (post-norm, the 2017 paper):  x = norm1(x + sa(x)); x = norm2(x + ff(x))
+        norm_first=True  (pre-norm):                   x = x + sa(norm1(x)); x = x + ff(norm2(x))
+        where ff(x) = linear2(dropout(activation(linear1(x)))).
+        Masks follow PyTorch's nn.* modules, NOT F.scaled_dot_product_attention:
+        - a BOOLEAN mask is True where attention is BLOCKED (SDPA: True = may attend);
+        - a FLOAT mask is ADDED to the scores (0 = no change, -inf = blocked).
+        - src_mask [S, S], the same for every batch row and head;
+          src_key_padding_mask [B, S], True = padding, a key no query may attend to.
+        - is_causal=True blocks key j for query i when j > i, by itself (PyTorch only takes
+          it as a hint that src_mask is causal and wants the mask too).
+        - a query row whose every key is blocked is undefined and not judged.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation: str = "relu",
+        layer_norm_eps: float = 1e-5,
+        norm_first: bool = False,
+        bias: bool = True,
+    ):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, nhead, dropout, bias)
+        self.linear1 = nn.Linear(d_model, dim_feedforward, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+        self.linear2 = nn.Linear(dim_feedforward, d_model, bias=bias)
+        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        if activation not in ("relu", "gelu"):
+            raise ValueError(f'activation must be "relu" or "gelu", not {activation!r}')
+        self.activation = F.relu if activation == "relu" else F.gelu
+        self.norm_first = norm_first
+
+    def forward(
+        self,
+        src: Tensor,
+        src_mask: Tensor | None = None,
+        src_key_padding_mask: Tensor | None = None,
+        is_causal: bool = False,
+    ) -> Tensor:
+        def sa(x: Tensor) -> Tensor:
+            return self.dropout1(self.self_attn(x, x, x, src_mask, src_key_padding_mask, is_causal))
+
+        def ff(x: Tensor) -> Tensor:
+            return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+        x = src
+        if self.norm_first:
+            x = x + sa(self.norm1(x))
+            x = x + ff(self.norm2(x))
+        else:
+            x = self.norm1(x + sa(x))
+            x = self.norm2(ff(x))
+        return x
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention (batch-first); forward returns the output [B, L, E] only."""
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
+        super().__init__()
+        if embed_dim % num_heads != 0:
+            raise ValueError(f"d_model ({embed_dim}) must be divisible by nhead ({num_heads})")
+        self.num_heads = num_heads
+        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        attn_mask: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        is_causal: bool = False,
+    ) -> Tensor:
+        B, L, E = query.shape
+        S, H = key.size(1), self.num_heads
+        q = self.q_proj(query).view(B, L, H, E // H).transpose(1, 2)  # (B, H, L, hs)
+        k = self.k_proj(key).view(B, S, H, E // H).transpose(1, 2)  # (B, H, S, hs)
+        v = self.v_proj(value).view(B, S, H, E // H).transpose(1, 2)  # (B, H, S, hs)
+        # 1/sqrt(head size) keeps the scores' variance near 1, so the softmax does not saturate
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(E // H))  # (B, H, L, S)
+        if is_causal:
+            future = torch.ones(L, S, dtype=torch.bool, device=query.device).triu(1)
+            scores = scores.masked_fill(future, float("-inf"))
+        for mask in (attn_mask, None if key_padding_mask is None else key_padding_mask[:, None, None, :]):
+            if mask is not None and mask.dtype == torch.bool:
+                scores = scores.masked_fill(mask, float("-inf"))
+            elif mask is not None:
+                scores = scores + mask
+        weights = self.dropout(torch.softmax(scores, dim=-1))
+        out = (weights @ v).transpose(1, 2).reshape(B, L, E)  # (B, L, E)
+        return self.out_proj(out)
