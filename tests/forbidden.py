@@ -67,7 +67,7 @@ MODULE_ATTENTION = ATTENTION + Rules(
     why="this kata asks you to write attention yourself",
 )
 AUTOGRAD = Rules(
-    kernels=("_backward",),  # softmax_backward_data & co: autograd's kernels, not yours
+    kernels=("_backward", "_make_dual"),  # autograd's kernels (softmax_backward_data & co), forward-mode AD
     python=(
         (torch.autograd, "_engine_run_backward", "autograd (torch.autograd.grad, .backward() or torch.func)"),
         (torch.autograd.graph, "_engine_run_backward", "autograd (torch.autograd.grad, .backward() or torch.func)"),

@@ -1,0 +1,52 @@
+"""Kata: attention as a torch.autograd.Function, with a hand-written backward."""
+
+import math
+
+import torch
+
+
+class AttentionFunction(torch.autograd.Function):
+    """output = softmax(query @ key^T * scale + causal mask) @ value, with its own backward.
+
+    Call it as `AttentionFunction.apply(query, key, value, is_causal, scale)` (positional
+    arguments: Function.apply takes no keywords). Autograd then calls your backward, so
+    `output.backward(...)`, `torch.autograd.grad` and `torch.autograd.gradcheck` work
+    through it.
+
+    Shapes (any number of leading batch/head dimensions "...", none included; L != S allowed):
+        query [..., L, E], key [..., S, E], value [..., S, Ev] -> output [..., L, Ev]
+    Same conventions as F.scaled_dot_product_attention (no mask tensor, no dropout):
+    scale=None means 1 / sqrt(E); is_causal=True lets query i attend to keys 0..i only,
+    top-left aligned, also when L != S.
+
+    Rules:
+        - forward keeps what backward needs with ctx.save_for_backward (tensors) and
+          plain ctx attributes (non-tensors such as the scale). Saving the weights trades
+          memory for time; saving only the inputs and recomputing the weights in backward
+          (as FlashAttention does) is fine too.
+        - backward derives the gradients itself: no autograd inside (no torch.autograd.grad,
+          .backward(), torch.func, no graph recorded in forward to replay later).
+        - backward returns one gradient per input of forward: None for is_causal and scale.
+    The derivation is the one of the attention_backward kata: grad_value, grad_weights,
+    the softmax backward, then grad_query and grad_key with the scale.
+
+    Example:
+        >>> q = k = torch.eye(2, requires_grad=True); v = torch.tensor([[1.0], [3.0]])
+        >>> out = AttentionFunction.apply(q, k, v, True, None)
+        >>> out
+        tensor([[1.0000],
+                [2.3395]], grad_fn=<AttentionFunctionBackward>)
+    """
+
+    @staticmethod
+    def forward(ctx, query, key, value, is_causal=False, scale=None):
+        # TODO: the scaled scores, the causal mask, the weights and the output.
+        # TODO: save what backward needs: tensors with ctx.save_for_backward, the rest on ctx.
+        raise NotImplementedError
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        # TODO: get back what forward saved.
+        # TODO: grad_value, grad_weights, the softmax backward, grad_query and grad_key.
+        # TODO: one gradient per forward input: None for is_causal and scale.
+        raise NotImplementedError

@@ -1,0 +1,65 @@
+"""Mutant of attention_function: the scale is missing from grad_key."""
+
+import math
+
+import torch
+
+
+class AttentionFunction(torch.autograd.Function):
+    """output = softmax(query @ key^T * scale + causal mask) @ value, with its own backward.
+
+    Call it as `AttentionFunction.apply(query, key, value, is_causal, scale)` (positional
+    arguments: Function.apply takes no keywords). Autograd then calls your backward, so
+    `output.backward(...)`, `torch.autograd.grad` and `torch.autograd.gradcheck` work
+    through it.
+
+    Shapes (any number of leading batch/head dimensions "...", none included; L != S allowed):
+        query [..., L, E], key [..., S, E], value [..., S, Ev] -> output [..., L, Ev]
+    Same conventions as F.scaled_dot_product_attention (no mask tensor, no dropout):
+    scale=None means 1 / sqrt(E); is_causal=True lets query i attend to keys 0..i only,
+    top-left aligned, also when L != S.
+
+    Rules:
+        - forward keeps what backward needs with ctx.save_for_backward (tensors) and
+          plain ctx attributes (non-tensors such as the scale). Saving the weights trades
+          memory for time; saving only the inputs and recomputing the weights in backward
+          (as FlashAttention does) is fine too.
+        - backward derives the gradients itself: no autograd inside (no torch.autograd.grad,
+          .backward(), torch.func, no graph recorded in forward to replay later).
+        - backward returns one gradient per input of forward: None for is_causal and scale.
+    The derivation is the one of the attention_backward kata: grad_value, grad_weights,
+    the softmax backward, then grad_query and grad_key with the scale.
+
+    Example:
+        >>> q = k = torch.eye(2, requires_grad=True); v = torch.tensor([[1.0], [3.0]])
+        >>> out = AttentionFunction.apply(q, k, v, True, None)
+        >>> out
+        tensor([[1.0000],
+                [2.3395]], grad_fn=<AttentionFunctionBackward>)
+    """
+
+    @staticmethod
+    def forward(ctx, query, key, value, is_causal=False, scale=None):
+        L, S = query.size(-2), key.size(-2)
+        if scale is None:
+            scale = 1.0 / math.sqrt(query.size(-1))
+        scores = query @ key.transpose(-2, -1) * scale  # (..., L, S)
+        if is_causal:
+            allowed = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()
+            scores = scores.masked_fill(~allowed, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)  # (..., L, S)
+        ctx.save_for_backward(query, key, value, weights)
+        ctx.scale = scale
+        return weights @ value  # (..., L, Ev)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        query, key, value, weights = ctx.saved_tensors
+        scale = ctx.scale
+        grad_value = weights.transpose(-2, -1) @ grad_output  # (..., S, Ev)
+        grad_weights = grad_output @ value.transpose(-2, -1)  # (..., L, S)
+        correction = (grad_weights * weights).sum(dim=-1, keepdim=True)  # (..., L, 1)
+        grad_scores = weights * (grad_weights - correction)  # (..., L, S)
+        grad_query = grad_scores @ key * scale  # (..., L, E)
+        grad_key = grad_scores.transpose(-2, -1) @ query  # (..., S, E)
+        return grad_query, grad_key, grad_value, None, None
