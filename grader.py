@@ -634,6 +634,12 @@ def parse_grade_args(argv: list[str], catalog: list[Kata]) -> argparse.Namespace
     parser.add_argument("--jobs", type=int, default=default_jobs(), help="katas graded at once")
     parser.add_argument("--time-limit", type=float, default=60.0, help="wall-clock seconds allowed per kata")
     parser.add_argument("--test-timeout", type=float, default=20.0, help="seconds allowed per test")
+    parser.add_argument(
+        "--engine",
+        choices=("auto", "fork", "process"),
+        default="auto",
+        help="fork: children of a warm process (auto on Linux, ~5x faster); process: a fresh one each",
+    )
     args = parser.parse_args(argv)
     unknown = [n for n in args.kata or [] if n not in names]
     if unknown:
@@ -680,6 +686,7 @@ def grade_command(argv: list[str]) -> int:
         time_limit=args.time_limit,
         test_timeout=args.test_timeout,
         workers=min(args.jobs, len(paths)),
+        fork=args.engine == "fork" or (args.engine == "auto" and sys.platform == "linux"),
     )
     if not args.no_timing:
         try:
