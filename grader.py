@@ -157,6 +157,8 @@ def crash_details(log_path: Path, kata_path: Path) -> str:
 
 # Options for every kata process: no cache files, per-test limits, our own addopts only.
 PYTEST_FLAGS = ("-p", "no:cacheprovider", "-p", "pytest_timeout", "-o", "addopts=", "-q")
+TIME_LIMIT = 60.0  # wall-clock seconds per kata (--time-limit)
+TEST_TIMEOUT = 20.0  # seconds per test (--test-timeout)
 MEMORY_LIMIT_MB = 4096  # address space per kata process on CPU-only runs; torch itself takes ~650 MB
 OUTPUT_LIMIT_MB = 64  # bytes a kata process may write (its captured prints included)
 
@@ -358,8 +360,8 @@ def serve_command(argv: list[str]) -> int:
     children forked from this warm process (see practice.ForkEngine); one result line each."""
     parser = argparse.ArgumentParser(prog="grader.py _serve")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--time-limit", type=float, default=60.0)
-    parser.add_argument("--test-timeout", type=float, default=20.0)
+    parser.add_argument("--time-limit", type=float, default=TIME_LIMIT)
+    parser.add_argument("--test-timeout", type=float, default=TEST_TIMEOUT)
     args = parser.parse_args(argv)
     import practice
 
@@ -632,8 +634,8 @@ def parse_grade_args(argv: list[str], catalog: list[Kata]) -> argparse.Namespace
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     parser.add_argument("--seed", type=int, help="replay the hidden shapes of an earlier run")
     parser.add_argument("--jobs", type=int, default=default_jobs(), help="katas graded at once")
-    parser.add_argument("--time-limit", type=float, default=60.0, help="wall-clock seconds allowed per kata")
-    parser.add_argument("--test-timeout", type=float, default=20.0, help="seconds allowed per test")
+    parser.add_argument("--time-limit", type=float, default=TIME_LIMIT, help="wall-clock seconds allowed per kata")
+    parser.add_argument("--test-timeout", type=float, default=TEST_TIMEOUT, help="seconds allowed per test")
     parser.add_argument(
         "--engine",
         choices=("auto", "fork", "process"),

@@ -59,8 +59,7 @@ SOLUTIONS = ROOT / "solutions"
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 POLL_SECONDS = 0.3
 SETTLE_SECONDS = 0.03  # a file still changing this long after a change is graded at the next poll
-TIME_LIMIT = 60.0  # the grader's defaults: wall-clock seconds per kata, seconds per test
-TEST_TIMEOUT = 20.0
+TIME_LIMIT, TEST_TIMEOUT = grader.TIME_LIMIT, grader.TEST_TIMEOUT  # the grader's defaults
 SPARKS = "▁▂▃▄▅▆▇█"
 
 
