@@ -33,7 +33,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 TESTS = ROOT / "tests"
-STATUSES = ("pass", "fail", "todo", "error", "timeout", "crash", "forbidden")
 CUDA_SKIP = "CUDA is not available"  # the only skip reason that is not counted against a kata
 TAIL = 400  # characters of a dead process's output shown in its message
 
