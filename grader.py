@@ -162,6 +162,19 @@ MEMORY_LIMIT_MB = 4096  # address space per kata process on CPU-only runs; torch
 OUTPUT_LIMIT_MB = 64  # bytes a kata process may write (its captured prints included)
 
 
+def pytest_args(name: str, path: Path, *, seed: int, device: str, results: Path, test_timeout: float) -> list[str]:
+    """pytest's arguments for grading the kata file at `path`: its test file, the grader's
+    flags and limits, and the results file the grader owns."""
+    args = [str(TESTS / f"test_{name}.py"), *PYTEST_FLAGS]
+    args += ["--impl", str(path), "--seed", str(seed), "--device", device, "--results", str(results)]
+    args += [
+        f"--timeout={test_timeout}",
+        f"--memory-limit-mb={MEMORY_LIMIT_MB}",
+        f"--output-limit-mb={OUTPUT_LIMIT_MB}",
+    ]
+    return args
+
+
 def grade_kata(
     name: str,
     path: Path,
@@ -175,13 +188,8 @@ def grade_kata(
     """Run one kata's tests on the file at `path` and classify the outcome."""
     with tempfile.TemporaryDirectory(prefix=f"kata-{name}-") as scratch:
         results, log = Path(scratch) / "results.jsonl", Path(scratch) / "output.log"
-        command = [sys.executable, "-m", "pytest", str(TESTS / f"test_{name}.py"), *PYTEST_FLAGS]
-        command += ["--impl", str(path), "--seed", str(seed), "--device", device, "--results", str(results)]
-        command += [
-            f"--timeout={test_timeout}",
-            f"--memory-limit-mb={MEMORY_LIMIT_MB}",
-            f"--output-limit-mb={OUTPUT_LIMIT_MB}",
-        ]
+        command = [sys.executable, "-m", "pytest"]
+        command += pytest_args(name, path, seed=seed, device=device, results=results, test_timeout=test_timeout)
         returncode, timed_out = run_isolated(command, time_limit=time_limit, log_path=log, env=kata_env(threads))
         return classify(name, read_events(results), returncode, timed_out, crash_details(log, path), time_limit)
 
@@ -393,16 +401,21 @@ def time_passing(results: list[KataResult], paths: dict[str, Path], *, device: s
             _, timed_out = run_isolated(
                 command, time_limit=per_kata_limit * len(pending) + 10, log_path=log, env=kata_env()
             )
-            done = {e["name"]: e["timing"] for e in read_events(out)}
-            for r in pending:
-                if r.name in done:
-                    r.timing = done[r.name]
-            rest = [r for r in pending if r.name not in done]
-            if rest:
-                reason = "timing overran its limit" if timed_out else f"timing failed: {log_tail(log)}"
-                rest[0].timing = {"error": reason}
-                rest = rest[1:]
-            pending = rest
+            pending = collect_timings(pending, out, log, timed_out)
+
+
+def collect_timings(pending: list[KataResult], out: Path, log: Path, timed_out: bool) -> list[KataResult]:
+    """Give each kata the timing a `_time` run wrote to `out`; the first one it never
+    reached is the one it died or overran on, and is marked so. Returns the rest."""
+    done = {e["name"]: e["timing"] for e in read_events(out)}
+    for r in pending:
+        if r.name in done:
+            r.timing = done[r.name]
+    rest = [r for r in pending if r.name not in done]
+    if rest:
+        reason = "timing overran its limit" if timed_out else f"timing failed: {log_tail(log)}"
+        rest[0].timing = {"error": reason}
+    return rest[1:]
 
 
 def time_command(argv: list[str]) -> int:

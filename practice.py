@@ -433,13 +433,9 @@ class ForkEngine(ProcessEngine):
             return super().grade(name, path, seed)
         with tempfile.TemporaryDirectory(prefix=f"kata-{name}-") as scratch:
             results, log = Path(scratch) / "results.jsonl", Path(scratch) / "output.log"
-            args = [str(grader.TESTS / f"test_{name}.py"), *grader.PYTEST_FLAGS]
-            args += ["--impl", str(path), "--seed", str(seed), "--device", self.device, "--results", str(results)]
-            args += [
-                f"--timeout={self.test_timeout}",
-                f"--memory-limit-mb={grader.MEMORY_LIMIT_MB}",
-                f"--output-limit-mb={grader.OUTPUT_LIMIT_MB}",
-            ]
+            args = grader.pytest_args(
+                name, path, seed=seed, device=self.device, results=results, test_timeout=self.test_timeout
+            )
 
             def child() -> int:
                 import pytest
@@ -466,13 +462,7 @@ class ForkEngine(ProcessEngine):
             out, log = Path(scratch) / "timing.jsonl", Path(scratch) / "output.log"
             argv = ["--device", self.device, "--out", str(out), "--kata", f"{result.name}={path}"]
             _, timed_out = run_forked(lambda: grader.time_command(argv), time_limit=self.time_limit + 10, log_path=log)
-            done = {e["name"]: e["timing"] for e in grader.read_events(out)}
-            if result.name in done:
-                result.timing = done[result.name]
-            else:
-                result.timing = {
-                    "error": "timing overran its limit" if timed_out else f"timing failed: {grader.log_tail(log)}"
-                }
+            grader.collect_timings([result], out, log, timed_out)
 
 
 def make_engine(kind: str = "auto", **options) -> ProcessEngine:
