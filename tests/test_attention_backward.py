@@ -20,9 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from forbidden import AUTOGRAD
-from kata_testing import (
-    TOLERANCES,
+from judge.forbidden import AUTOGRAD
+from judge.testing.checks import (
     assert_close,
     assert_not_modified,
     assert_prints_nothing,
@@ -30,13 +29,10 @@ from kata_testing import (
     call_repr,
     check_tensor_kind,
     describe,
-    dtypes,
-    randn,
 )
-
-KATA = "attention_backward"
-SYMBOL = "attention_backward"
-FORBIDDEN = AUTOGRAD  # every call is guarded; test_does_not_use_autograd also explains what was seen
+from judge.testing.inputs import randn
+from judge.testing.spec import KataSpec, dtypes
+from judge.testing.tolerances import SINGLE_OP as TOLERANCES
 
 FULL = [torch.float32, torch.float64]
 NAMES = ("grad_query", "grad_key", "grad_value")
@@ -325,3 +321,12 @@ def benchmark(kata, device):
             return torch.autograd.grad(output, leaves, grad_output)
 
     return (lambda: kata.attention_backward(query, key, value, grad_output, is_causal=True)), reference
+
+
+SPEC = KataSpec(
+    kata="attention_backward",
+    symbol="attention_backward",
+    reference="autograd through F.scaled_dot_product_attention in float64",
+    forbidden=AUTOGRAD,
+    benchmark=benchmark,
+)

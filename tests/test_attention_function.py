@@ -23,8 +23,7 @@ from test_attention_backward import (
 )
 from torch.autograd.gradcheck import GradcheckError
 
-from kata_testing import (
-    TOLERANCES,
+from judge.testing.checks import (
     assert_close,
     assert_not_modified,
     assert_prints_nothing,
@@ -32,12 +31,10 @@ from kata_testing import (
     call_repr,
     check_tensor_kind,
     describe,
-    dtypes,
-    randn,
 )
-
-KATA = "attention_function"
-SYMBOL = "AttentionFunction"
+from judge.testing.inputs import randn
+from judge.testing.spec import KataSpec, dtypes
+from judge.testing.tolerances import SINGLE_OP as TOLERANCES
 
 
 def settings(rng, case: dict, index: int) -> tuple[bool, float | None]:
@@ -222,3 +219,11 @@ def benchmark(kata, device):
         run(lambda q, k, v: kata.AttentionFunction.apply(q, k, v, True, None)),
         run(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)),
     )
+
+
+SPEC = KataSpec(
+    kata="attention_function",
+    symbol="AttentionFunction",
+    reference="autograd through F.scaled_dot_product_attention in float64, and gradcheck",
+    benchmark=benchmark,
+)

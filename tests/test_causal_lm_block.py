@@ -10,36 +10,29 @@ linear2 -> mlp.down_proj. The reference runs in float64 (see module_testing).
 import torch
 from torch import nn
 
-from forbidden import MODULE_ATTENTION
-from kata_testing import (
+from judge.forbidden import ATTENTION
+from judge.testing.checks import (
     assert_prints_nothing,
+    assert_raises_value_error,
     call_and_check_inputs,
     call_on_device,
     call_repr,
     check_tensor_kind,
-    dtypes,
-    randn,
 )
-from module_testing import (
+from judge.testing.inputs import as_float_mask, causal_blocked, padding_mask, randn
+from judge.testing.modules import (
     MODULE_TOLERANCES,
-    as_float_mask,
     assert_close_where_defined,
     assert_dropout_is_active,
-    assert_raises_value_error,
     attention_parameters,
-    causal_blocked,
     defined_rows,
     hidden_sizes,
     load_parameters,
     module_repr,
-    padding_mask,
     randomise_,
     renamed,
 )
-
-KATA = "causal_lm_block"
-SYMBOL = "CausalLMBlock"
-FORBIDDEN = MODULE_ATTENTION  # no F.scaled_dot_product_attention, nn.MultiheadAttention & co
+from judge.testing.spec import KataSpec, dtypes
 
 FULL = [torch.float32, torch.float64]
 HALF = [torch.float16, torch.bfloat16]
@@ -257,3 +250,12 @@ def benchmark(kata, device):
     x = randn(torch.Generator().manual_seed(0), B, T, C, device=device)
     mask = nn.Transformer.generate_square_subsequent_mask(T, device=torch.device(device))
     return (lambda: module(x)), (lambda: reference(x, src_mask=mask, is_causal=True))
+
+
+SPEC = KataSpec(
+    kata="causal_lm_block",
+    symbol="CausalLMBlock",
+    reference="nn.TransformerEncoderLayer(norm_first=True, activation='gelu') with a causal mask",
+    forbidden=ATTENTION,
+    benchmark=benchmark,
+)

@@ -4,12 +4,9 @@ import pytest
 import torch
 from torch import nn
 
-from forbidden import CAUSAL_MASK
-from kata_testing import assert_equal_mask, assert_prints_nothing, call_repr, check_tensor_kind
-
-KATA = "causal_mask"
-SYMBOL = "causal_mask"
-FORBIDDEN = CAUSAL_MASK
+from judge.forbidden import CAUSAL_MASK
+from judge.testing.checks import assert_equal_mask, assert_prints_nothing, call_repr, check_tensor_kind
+from judge.testing.spec import KataSpec
 
 
 def reference(seq_len: int, device="cpu") -> torch.Tensor:
@@ -46,3 +43,12 @@ def benchmark(kata, device):
     """(kata call, reference call) at a realistic size, for the grader's timing."""
     n = 1024
     return (lambda: kata.causal_mask(n, device=device)), (lambda: reference(n, device))
+
+
+SPEC = KataSpec(
+    kata="causal_mask",
+    symbol="causal_mask",
+    reference="nn.Transformer.generate_square_subsequent_mask",
+    forbidden=CAUSAL_MASK,
+    benchmark=benchmark,
+)

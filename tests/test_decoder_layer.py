@@ -11,36 +11,29 @@ import pytest
 import torch
 from torch import nn
 
-from forbidden import MODULE_ATTENTION
-from kata_testing import (
+from judge.forbidden import ATTENTION
+from judge.testing.checks import (
     assert_prints_nothing,
+    assert_raises_value_error,
     call_and_check_inputs,
     call_on_device,
     call_repr,
     check_tensor_kind,
-    dtypes,
-    randn,
 )
-from module_testing import (
-    as_float_mask,
+from judge.testing.inputs import as_float_mask, blocked_mask, padding_mask, randn
+from judge.testing.modules import (
     assert_close_where_defined,
     assert_dropout_is_active,
-    assert_raises_value_error,
     attention_parameters,
-    blocked_mask,
     defined_rows,
     hidden_sizes,
     load_parameters,
     module_repr,
-    padding_mask,
     randomise_,
     reference_masks,
     renamed,
 )
-
-KATA = "decoder_layer"
-SYMBOL = "TransformerDecoderLayer"
-FORBIDDEN = MODULE_ATTENTION  # no F.scaled_dot_product_attention, nn.MultiheadAttention & co
+from judge.testing.spec import KataSpec, dtypes
 
 FULL = [torch.float32, torch.float64]
 HALF = [torch.float16, torch.bfloat16]
@@ -313,3 +306,12 @@ def benchmark(kata, device):
     return (lambda: module(tgt, memory, tgt_is_causal=True)), (
         lambda: reference(tgt, memory, tgt_mask=mask, tgt_is_causal=True)
     )
+
+
+SPEC = KataSpec(
+    kata="decoder_layer",
+    symbol="TransformerDecoderLayer",
+    reference="nn.TransformerDecoderLayer(batch_first=True)",
+    forbidden=ATTENTION,
+    benchmark=benchmark,
+)

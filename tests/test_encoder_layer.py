@@ -10,36 +10,29 @@ import pytest
 import torch
 from torch import nn
 
-from forbidden import MODULE_ATTENTION
-from kata_testing import (
+from judge.forbidden import ATTENTION
+from judge.testing.checks import (
     assert_prints_nothing,
+    assert_raises_value_error,
     call_and_check_inputs,
     call_on_device,
     call_repr,
     check_tensor_kind,
-    dtypes,
-    randn,
 )
-from module_testing import (
-    as_float_mask,
+from judge.testing.inputs import as_float_mask, blocked_mask, padding_mask, randn
+from judge.testing.modules import (
     assert_close_where_defined,
     assert_dropout_is_active,
-    assert_raises_value_error,
     attention_parameters,
-    blocked_mask,
     defined_rows,
     hidden_sizes,
     load_parameters,
     module_repr,
-    padding_mask,
     randomise_,
     reference_masks,
     renamed,
 )
-
-KATA = "encoder_layer"
-SYMBOL = "TransformerEncoderLayer"
-FORBIDDEN = MODULE_ATTENTION  # no F.scaled_dot_product_attention, nn.MultiheadAttention & co
+from judge.testing.spec import KataSpec, dtypes
 
 FULL = [torch.float32, torch.float64]
 HALF = [torch.float16, torch.bfloat16]
@@ -260,3 +253,12 @@ def benchmark(kata, device):
     lengths = torch.arange(S, S - 8 * B, -8, device=device)
     padding = torch.arange(S, device=device)[None, :] >= lengths[:, None]
     return (lambda: module(src, src_key_padding_mask=padding)), (lambda: reference(src, src_key_padding_mask=padding))
+
+
+SPEC = KataSpec(
+    kata="encoder_layer",
+    symbol="TransformerEncoderLayer",
+    reference="nn.TransformerEncoderLayer(batch_first=True)",
+    forbidden=ATTENTION,
+    benchmark=benchmark,
+)

@@ -7,13 +7,18 @@ each must get the right status while the grader goes on to grade the rest.
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-import grader  # noqa: E402
+from judge.catalog import kata_table, load_catalog
+from judge.engines import ProcessEngine
+from judge.isolation import ProcessEnd
+from judge.limits import Limits
+from judge.paths import ROOT
+from judge.protocol import Collected, ErrorKind, Finish, Outcome, TestReport
+from judge.scheduling import Job, default_workers, grade_all
+from judge.stubs import make_stub
+from judge.verdicts import classify
 
 BROKEN = ROOT / "tests" / "broken"
 EXPECTED = {  # tests/broken/<kata>/<file> -> (status, words its message must contain)
@@ -49,20 +54,20 @@ def run_grader(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def broken_verdicts(request) -> dict[str, grader.KataResult]:
+def broken_verdicts(request) -> dict:
     """Grade every broken file once; only the endless loop gets a short per-test limit."""
     names = list(EXPECTED)
-    jobs = [(name.split("/")[0], BROKEN / f"{name}.py") for name in names]
+    jobs = [Job(name.split("/")[0], BROKEN / f"{name}.py") for name in names]
     verdicts = {}
     for short in (True, False):
         chosen = [(n, j) for n, j in zip(names, jobs) if (n == "causal_mask/endless_loop") == short]
-        results = grader.grade_all(
+        results = grade_all(
             [j for _, j in chosen],
             seed=request.config.kata_seed,
             device="cpu",
-            time_limit=120,
-            test_timeout=3 if short else 30,
-            workers=grader.default_jobs(),
+            limits=Limits(time_limit=120, test_timeout=3 if short else 30),
+            workers=default_workers(),
+            fork=False,
         )
         verdicts.update(zip([n for n, _ in chosen], results))
     return verdicts
@@ -85,9 +90,8 @@ def test_broken_kata_gets_the_right_verdict(name, broken_verdicts):
 
 @pytest.mark.timeout(120)
 def test_a_kata_past_its_wall_clock_limit_is_killed_and_reported():
-    verdict = grader.grade_kata(
-        "causal_mask", BROKEN / "causal_mask" / "endless_loop.py", seed=1, device="cpu", time_limit=6, test_timeout=60
-    )
+    engine = ProcessEngine(device="cpu", limits=Limits(time_limit=6, test_timeout=60))
+    verdict = engine.grade("causal_mask", BROKEN / "causal_mask" / "endless_loop.py", 1)
     assert verdict.status == "timeout" and "wall-clock" in verdict.message, verdict
 
 
@@ -138,7 +142,7 @@ def test_one_broken_kata_does_not_stop_the_others(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_untouched_stub_is_todo_and_exits_1(tmp_path):
-    (tmp_path / "causal_mask.py").write_text(grader.make_stub((ROOT / "solutions" / "causal_mask.py").read_text()))
+    (tmp_path / "causal_mask.py").write_text(make_stub((ROOT / "solutions" / "causal_mask.py").read_text()))
     run = run_grader("--impl", str(tmp_path), "--kata", "causal_mask", "--no-timing", "--device", "cpu")
     assert run.returncode == 1
     assert "todo" in run.stdout and "Score: 0.0 / 100" in run.stdout
@@ -164,22 +168,21 @@ def test_bad_input_is_one_line_and_exit_2(args, words):
 
 def test_classify_needs_positive_evidence_for_a_pass():
     """A process that reported every test passed but exited non-zero, or reported no tests, is not a pass."""
+    limits = Limits()
     events = [
-        {"event": "collected", "tests": ["t1"]},
-        {"event": "test", "nodeid": "t1", "name": "t1", "outcome": "passed"},
-        {"event": "finish", "exitstatus": 0},
+        Collected(tests={"t1": "t1"}),
+        TestReport(nodeid="t1", name="t1", outcome=Outcome.PASSED),
+        Finish(exitstatus=0),
     ]
-    assert grader.classify("k", events, 0, False, "", 60).status == "pass"
-    assert grader.classify("k", events, 1, False, "", 60).status != "pass"
-    assert grader.classify("k", events[:2], 0, False, "", 60).status == "crash"
-    assert (
-        grader.classify(
-            "k", [{"event": "collected", "tests": []}, {"event": "finish", "exitstatus": 5}], 5, False, "", 60
-        ).status
-        != "pass"
-    )
-    skipped = [events[0], {**events[1], "outcome": "skipped", "message": "learner skipped it"}, events[2]]
-    assert grader.classify("k", skipped, 0, False, "", 60).status == "fail"
+    assert classify("k", events, ProcessEnd(0), "", limits).status == "pass"
+    assert classify("k", events, ProcessEnd(1), "", limits).status != "pass"
+    assert classify("k", events[:2], ProcessEnd(0), "", limits).status == "crash"
+    nothing = [Collected(tests={}), Finish(exitstatus=5)]
+    assert classify("k", nothing, ProcessEnd(5), "", limits).status != "pass"
+    skipped = [events[0], TestReport(nodeid="t1", name="t1", outcome=Outcome.SKIPPED, message="learner skipped it"), events[2]]
+    assert classify("k", skipped, ProcessEnd(0), "", limits).status == "fail"
+    todo = [events[0], TestReport(nodeid="t1", name="t1", outcome=Outcome.FAILED, kind=ErrorKind.NOT_IMPLEMENTED), events[2]]
+    assert classify("k", todo, ProcessEnd(1), "", limits).status == "todo"
 
 
 def test_stub_generation_keeps_todo_lines_and_raises():
@@ -188,7 +191,7 @@ def test_stub_generation_keeps_todo_lines_and_raises():
         "    y = 2 * x  # secret\n    return y\n    ### END SOLUTION\n"
     )
     assert (
-        grader.make_stub(solution)
+        make_stub(solution)
         == 'def f(x):\n    """Doc."""\n    # TODO: double it.\n    raise NotImplementedError\n'
     )
 
@@ -197,6 +200,6 @@ def test_readme_kata_table_matches_info_toml():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     start, end = readme.index("<!-- kata-table"), readme.index("<!-- /kata-table -->")
     shown = readme[start:end].split("\n", 1)[1].strip()
-    assert shown == grader.kata_table(grader.load_catalog()), (
+    assert shown == kata_table(load_catalog()), (
         "README's kata table is out of date: paste the output of `python grader.py table`"
     )

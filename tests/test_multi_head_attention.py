@@ -9,37 +9,30 @@ in float64 (see module_testing) and never judges a query row whose keys are all 
 import torch
 from torch import nn
 
-from forbidden import MODULE_ATTENTION
-from kata_testing import (
+from judge.forbidden import ATTENTION
+from judge.testing.checks import (
     assert_close,
     assert_prints_nothing,
+    assert_raises_value_error,
     call_and_check_inputs,
     call_on_device,
     call_repr,
     check_tensor_kind,
     describe,
-    dtypes,
-    randn,
 )
-from module_testing import (
-    as_float_mask,
+from judge.testing.inputs import as_float_mask, blocked_mask, padding_mask, randn
+from judge.testing.modules import (
     assert_close_where_defined,
     assert_dropout_is_active,
-    assert_raises_value_error,
     attention_parameters,
-    blocked_mask,
     defined_rows,
     hidden_sizes,
     load_parameters,
     module_repr,
-    padding_mask,
     randomise_,
     reference_masks,
 )
-
-KATA = "multi_head_attention"
-SYMBOL = "MultiHeadAttention"
-FORBIDDEN = MODULE_ATTENTION  # no F.scaled_dot_product_attention, nn.MultiheadAttention & co
+from judge.testing.spec import KataSpec, dtypes
 
 FULL = [torch.float32, torch.float64]
 HALF = [torch.float16, torch.bfloat16]
@@ -310,3 +303,12 @@ def benchmark(kata, device):
     module.to(device).eval()
     x = randn(torch.Generator().manual_seed(0), B, L, E, device=device)
     return (lambda: module(x, x, x, need_weights=False)), (lambda: reference(x, x, x, need_weights=False))
+
+
+SPEC = KataSpec(
+    kata="multi_head_attention",
+    symbol="MultiHeadAttention",
+    reference="nn.MultiheadAttention(batch_first=True)",
+    forbidden=ATTENTION,
+    benchmark=benchmark,
+)

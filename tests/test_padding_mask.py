@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from kata_testing import (
+from judge.testing.checks import (
     assert_equal_mask,
     assert_not_modified,
     assert_prints_nothing,
@@ -11,9 +11,7 @@ from kata_testing import (
     call_repr,
     check_tensor_kind,
 )
-
-KATA = "padding_mask"
-SYMBOL = "padding_mask"
+from judge.testing.spec import KataSpec
 
 
 def reference(lengths: list[int], max_len: int, device="cpu") -> torch.Tensor:
@@ -99,3 +97,11 @@ def benchmark(kata, device):
         return torch.arange(512, device=device)[None, :] >= lengths[:, None]
 
     return (lambda: kata.padding_mask(lengths, 512)), reference_call
+
+
+SPEC = KataSpec(
+    kata="padding_mask",
+    symbol="padding_mask",
+    reference="arange(max_len) >= lengths[:, None]",
+    benchmark=benchmark,
+)

@@ -2,10 +2,8 @@
 
 import torch
 
-from kata_testing import assert_close, assert_prints_nothing, call_repr, check_tensor_kind, describe, dtypes
-
-KATA = "positional_encoding"
-SYMBOL = "sinusoidal_positional_encoding"
+from judge.testing.checks import assert_close, assert_prints_nothing, call_repr, check_tensor_kind, describe
+from judge.testing.spec import KataSpec, dtypes
 
 
 def reference(num_positions: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
@@ -108,3 +106,11 @@ def benchmark(kata, device):
         return pe
 
     return (lambda: kata.sinusoidal_positional_encoding(p, d, device=device)), reference_call
+
+
+SPEC = KataSpec(
+    kata="positional_encoding",
+    symbol="sinusoidal_positional_encoding",
+    reference="the paper's formula in float64",
+    benchmark=benchmark,
+)

@@ -19,15 +19,18 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-import grader
-import practice
+from judge.catalog import load_catalog
+from judge.history import History, history_of, record_check
+from judge.paths import ROOT
+from judge.places import Places
+from judge.practice import cli, diff, hint, mock, progress, reset, watch
+from judge.protocol import KataResult
+from judge.stubs import make_stub, without_markers
 
-CATALOG = grader.load_catalog()
+CATALOG = load_catalog()
 NAMES = [k.name for k in CATALOG]
 SOLUTION = (ROOT / "solutions" / "causal_mask.py").read_text()
-STUB = grader.make_stub(SOLUTION)
+STUB = make_stub(SOLUTION)
 WRONG = SOLUTION.replace("diagonal=1", "diagonal=0")  # blocks the diagonal too
 
 
@@ -46,13 +49,13 @@ def run_practice(*args: str, tmp_path: Path, timeout: float = 120, **popen) -> s
 
 
 @pytest.fixture
-def places(tmp_path) -> practice.Places:
+def places(tmp_path) -> Places:
     """A learner's checkout in miniature: fresh stubs in katas/, empty state."""
     katas = tmp_path / "katas"
     katas.mkdir()
     for name in NAMES:
-        (katas / f"{name}.py").write_text(grader.make_stub((ROOT / "solutions" / f"{name}.py").read_text()))
-    return practice.Places(katas, tmp_path / "state")
+        (katas / f"{name}.py").write_text(make_stub((ROOT / "solutions" / f"{name}.py").read_text()))
+    return Places(katas, tmp_path / "state")
 
 
 class FakeEngine:
@@ -66,16 +69,16 @@ class FakeEngine:
     def prepare(self):
         pass
 
-    def grade(self, name: str, path: Path, seed: int) -> grader.KataResult:
+    def grade(self, name: str, path: Path, seed: int) -> KataResult:
         self.graded.append((name, path))
         text = path.read_text()
         solution = (ROOT / "solutions" / f"{name}.py").read_text()
-        if text in (solution, practice.without_markers(solution)):
-            return grader.KataResult(name, "pass", 1.0, 4, 4, "all 4 tests passed")
-        if text == grader.make_stub(solution):
-            return grader.KataResult(name, "todo", 0.0, 0, 4, "not started: the stub still raises NotImplementedError")
+        if text in (solution, without_markers(solution)):
+            return KataResult(name, "pass", 1.0, 4, 4, "all 4 tests passed")
+        if text == make_stub(solution):
+            return KataResult(name, "todo", 0.0, 0, 4, "not started: the stub still raises NotImplementedError")
         failure = {"name": "matches the reference", "message": f"{name}(3) returned a wrong mask"}
-        return grader.KataResult(name, "fail", 0.5, 2, 4, "2 of 4 tests failed", [failure])
+        return KataResult(name, "fail", 0.5, 2, 4, "2 of 4 tests failed", [failure])
 
     def time(self, result, path):
         result.timing = {"cpu": {"median_s": 1e-4, "reference_median_s": 2e-4, "ratio": 0.5, "threads": 1}}
@@ -105,13 +108,16 @@ WATCH_DRIVER = textwrap.dedent("""
     import json, os, sys, time
     from pathlib import Path
     sys.path.insert(0, sys.argv[1])
-    import practice
+    from judge import engines
+    from judge.history import History
+    from judge.limits import Limits
+    from judge.practice import watch
     folder, solution, wrong, broken = Path(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
     target = folder / "causal_mask.py"
-    engine = practice.ForkEngine(device="cpu", test_timeout=60)
+    engine = engines.ForkEngine(device="cpu", limits=Limits(test_timeout=60))
     engine.prepare()
-    watcher = practice.Watcher(engine, folder, ["causal_mask"], seed=5,
-                               history=practice.History(folder / "history.jsonl"), timing=False)
+    watcher = watch.Watcher(engine, folder, ["causal_mask"], seed=5,
+                               history=History(folder / "history.jsonl"), timing=False)
     out = {"kind": engine.kind, "prepare_s": engine.prepare_seconds, "unchanged": [r.status for r in watcher.poll()]}
     def save(text, key):
         target.write_text(text)
@@ -126,7 +132,7 @@ WATCH_DRIVER = textwrap.dedent("""
     os.utime(target)  # touched, content unchanged: nothing to grade
     out["touched"] = [r.status for r in watcher.poll()]
     save(Path(wrong).read_text(), "wrong")
-    engine.time_limit = 3  # the wall-clock limit, for the endless loop only
+    engine.limits = Limits(time_limit=3, test_timeout=60)  # the wall-clock limit, for the endless loop only
     save(Path(broken).read_text(), "endless")
     out["fallback"] = engine.fallback_reason
     print(json.dumps(out))
@@ -176,7 +182,7 @@ def test_watch_regrades_a_file_changed_on_disk_in_a_forked_child(tmp_path):
 
 def test_watch_poll_grades_each_real_change_once_and_records_it(places):
     engine, out = FakeEngine(), io.StringIO()
-    watcher = practice.Watcher(engine, places.katas, NAMES, seed=3, history=places.history, out=out)
+    watcher = watch.Watcher(engine, places.katas, NAMES, seed=3, history=history_of(places), out=out)
     target = places.kata_file("causal_mask")
     assert watcher.poll() == [] and engine.graded == []  # nothing saved yet
     os.utime(target, ns=(time.time_ns(), time.time_ns() + 10**9))  # saved unchanged
@@ -192,7 +198,7 @@ def test_watch_poll_grades_each_real_change_once_and_records_it(places):
     assert "causal_mask: fail  2/4 tests" in shown and "first failing check: matches the reference" in shown
     assert "causal_mask: pass  4/4 tests" in shown and "time vs PyTorch: cpu 0.50x" in shown
     assert "verdict" in shown and "after the save" in shown
-    records = [r for r in places.history.read() if r["event"] == "grade"]
+    records = [r for r in history_of(places).read() if r["event"] == "grade"]
     assert [(r["kata"], r["status"], r["source"]) for r in records] == [
         ("causal_mask", "fail", "watch"),
         ("causal_mask", "pass", "watch"),
@@ -227,33 +233,33 @@ def test_ctrl_c_stops_watch_with_a_one_line_goodbye(tmp_path):
 def test_reset_keeps_the_attempt_then_restores_the_stub(places, capsys):
     target = places.kata_file("causal_mask")
     target.write_text(WRONG)
-    args = practice.parse_args(["reset", "--kata", "causal_mask"])
-    assert practice.reset_command(args, places, now=1_800_000_000) == 0
-    assert practice.reset_command(args, places, now=1_800_000_000) == 0  # already the stub: nothing kept
+    args = cli.parse_args(["reset", "--kata", "causal_mask"])
+    assert reset.reset_command(args, places, now=1_800_000_000) == 0
+    assert reset.reset_command(args, places, now=1_800_000_000) == 0  # already the stub: nothing kept
     assert target.read_text() == STUB
     kept = list((places.attempts / "causal_mask").iterdir())
     assert len(kept) == 1 and kept[0].read_text() == WRONG
     printed = capsys.readouterr().out
     assert f"Kept your attempt: {kept[0]}" in printed and "already the stub" in printed
     target.write_text(SOLUTION)  # a second attempt in the same second gets a name of its own
-    practice.reset_command(args, places, now=1_800_000_000)
+    reset.reset_command(args, places, now=1_800_000_000)
     assert sorted(p.read_text() for p in (places.attempts / "causal_mask").iterdir()) == sorted([WRONG, SOLUTION])
-    assert [r["event"] for r in places.history.read()] == ["reset", "reset"]
+    assert [r["event"] for r in history_of(places).read()] == ["reset", "reset"]
 
 
 def test_diff_shows_the_difference_and_whether_it_passes(places):
-    args = practice.parse_args(["diff", "--kata", "causal_mask", "--seed", "1"])
+    args = cli.parse_args(["diff", "--kata", "causal_mask", "--seed", "1"])
     out = io.StringIO()
-    assert practice.diff_command(args, places, out=out, engine=FakeEngine()) == 1
+    assert diff.diff_command(args, places, out=out, engine=FakeEngine()) == 1
     text = out.getvalue()
     assert "--- " in text and "(yours)" in text and "+++ solutions/causal_mask.py (reference)" in text
     assert "-    raise NotImplementedError" in text and "+    return torch.triu(ones, diagonal=1)" in text
     assert "### BEGIN SOLUTION" not in text and "does not pass yet" in text
-    places.kata_file("causal_mask").write_text(practice.without_markers(SOLUTION))
+    places.kata_file("causal_mask").write_text(without_markers(SOLUTION))
     out = io.StringIO()
-    assert practice.diff_command(args, places, out=out, engine=FakeEngine()) == 0
+    assert diff.diff_command(args, places, out=out, engine=FakeEngine()) == 0
     assert "No difference" in out.getvalue() and "causal_mask passes." in out.getvalue()
-    assert [r["source"] for r in places.history.read()] == ["diff", "diff"]
+    assert [r["source"] for r in history_of(places).read()] == ["diff", "diff"]
 
 
 @pytest.mark.timeout(120)
@@ -269,26 +275,26 @@ def test_make_diff_grades_with_the_real_grader(tmp_path):
 
 def test_hint_gives_one_more_each_time_then_says_none_are_left(places, capsys):
     kata = next(k for k in CATALOG if k.name == "causal_mask")
-    args = practice.parse_args(["hint", "--kata", "causal_mask"])
+    args = cli.parse_args(["hint", "--kata", "causal_mask"])
     for number in range(1, len(kata.hints) + 1):
-        assert practice.hint_command(args, places) == 0
+        assert hint.hint_command(args, places) == 0
         printed = capsys.readouterr().out
         assert f"Hint {number} of {len(kata.hints)}" in printed and kata.hints[number - 1] in printed
         assert json.loads(places.hints.read_text())["causal_mask"] == number
-    assert practice.hint_command(args, places) == 0
+    assert hint.hint_command(args, places) == 0
     assert "No hints left for causal_mask" in capsys.readouterr().out
     assert json.loads(places.hints.read_text())["causal_mask"] == len(kata.hints)
-    assert [r["number"] for r in places.history.read() if r["event"] == "hint"] == list(range(1, len(kata.hints) + 1))
+    assert [r["number"] for r in history_of(places).read() if r["event"] == "hint"] == list(range(1, len(kata.hints) + 1))
 
 
 def test_hints_during_a_mock_interview_count_for_the_mock(places, capsys):
     clock = FakeClock()
-    plan = practice.start_mock(places, CATALOG, n=2, minutes=30, seed=4, now=clock.now())
+    plan = mock.start_mock(places, CATALOG, n=2, minutes=30, seed=4, now=clock.now())
     name = plan.katas[0]
-    practice.hint_command(practice.parse_args(["hint", "--kata", name]), places, now=clock.now())
+    hint.hint_command(cli.parse_args(["hint", "--kata", name]), places, now=clock.now())
     assert "counted for the mock interview" in capsys.readouterr().out
     assert json.loads(plan.hints_file.read_text()) == {name: 1} and not places.hints.exists()
-    practice.hint_command(practice.parse_args(["hint", "--kata", name]), places, now=clock.now() + 31 * 60)
+    hint.hint_command(cli.parse_args(["hint", "--kata", name]), places, now=clock.now() + 31 * 60)
     assert json.loads(places.hints.read_text()) == {name: 1}  # after the mock: the learner's own counter
 
 
@@ -303,26 +309,26 @@ def test_every_kata_has_three_progressive_hints():
 def test_mock_picks_mixed_difficulties_repeatably():
     tiers = len({k.difficulty for k in CATALOG})
     for seed in range(20):
-        picked = practice.pick_katas(CATALOG, 3, seed)
-        assert picked == practice.pick_katas(CATALOG, 3, seed)
+        picked = mock.pick_katas(CATALOG, 3, seed)
+        assert picked == mock.pick_katas(CATALOG, 3, seed)
         assert len({k.name for k in picked}) == 3 and len({k.difficulty for k in picked}) == min(3, tiers)
         assert [k.difficulty for k in picked] == sorted(k.difficulty for k in picked)
-    assert {k.name for k in practice.pick_katas(CATALOG, len(CATALOG), 0)} == set(NAMES)
+    assert {k.name for k in mock.pick_katas(CATALOG, len(CATALOG), 0)} == set(NAMES)
 
 
 def test_mock_creates_its_workspace_and_writes_its_report_with_an_injected_clock(places):
     before = {p.name: p.read_text() for p in places.katas.iterdir()}
     clock, out = FakeClock(), io.StringIO()
-    plan = practice.start_mock(places, CATALOG, n=3, minutes=None, seed=11, now=clock.now())
+    plan = mock.start_mock(places, CATALOG, n=3, minutes=None, seed=11, now=clock.now())
     assert plan.folder.parent == places.mocks and sorted(p.name for p in plan.folder.glob("*.py")) == sorted(
         f"{n}.py" for n in plan.katas
     )
     for name in plan.katas:
-        assert (plan.folder / f"{name}.py").read_text() == grader.make_stub(
+        assert (plan.folder / f"{name}.py").read_text() == make_stub(
             (ROOT / "solutions" / f"{name}.py").read_text()
         )
     assert plan.minutes == sum(k.minutes for k in CATALOG if k.name in plan.katas)
-    listing = practice.task_list(plan, CATALOG)
+    listing = mock.task_list(plan, CATALOG)
     assert all(name in listing for name in plan.katas) and "min" in listing
 
     first, second, third = plan.katas
@@ -332,8 +338,8 @@ def test_mock_creates_its_workspace_and_writes_its_report_with_an_injected_clock
         180: lambda: (plan.folder / f"{first}.py").write_text(solution[first]),
         600: lambda: (plan.folder / f"{second}.py").write_text(solution[second]),
     }
-    practice.hint_command(practice.parse_args(["hint", "--kata", second]), places, out=io.StringIO(), now=clock.now())
-    session = practice.MockSession(
+    hint.hint_command(cli.parse_args(["hint", "--kata", second]), places, out=io.StringIO(), now=clock.now())
+    session = mock.MockSession(
         plan, CATALOG, FakeEngine(), places, out=out, now=clock.now, sleep=clock.sleep, interval=5
     )
     report = session.run()
@@ -351,9 +357,9 @@ def test_mock_creates_its_workspace_and_writes_its_report_with_an_injected_clock
     assert json.loads((plan.folder / "report.json").read_text()) == report
     text = (plan.folder / "report.txt").read_text()
     assert "time is up" in text and "2 of 3 pass" in text and first in text
-    assert practice.MockPlan.load(plan.folder).state == "ended"
-    assert [r for r in places.history.read() if r["event"] == "mock"] == [report]
-    assert {r["kata"] for r in places.history.read() if r["event"] == "grade"} == {first, second}
+    assert mock.MockPlan.load(plan.folder).state == "ended"
+    assert [r for r in history_of(places).read() if r["event"] == "mock"] == [report]
+    assert {r["kata"] for r in history_of(places).read() if r["event"] == "grade"} == {first, second}
     assert {p.name: p.read_text() for p in places.katas.iterdir()} == before  # katas/ untouched
     assert "report" in out.getvalue()
 
@@ -361,7 +367,7 @@ def test_mock_creates_its_workspace_and_writes_its_report_with_an_injected_clock
 @pytest.mark.parametrize("how", ["all pass", "stopped"])
 def test_mock_ends_when_everything_passes_or_the_learner_stops(places, how):
     clock = FakeClock()
-    plan = practice.start_mock(places, CATALOG, n=2, minutes=60, seed=2, now=clock.now())
+    plan = mock.start_mock(places, CATALOG, n=2, minutes=60, seed=2, now=clock.now())
 
     def solve_all():
         for name in plan.katas:
@@ -371,7 +377,7 @@ def test_mock_ends_when_everything_passes_or_the_learner_stops(places, how):
         raise KeyboardInterrupt
 
     clock.at = {120: solve_all if how == "all pass" else interrupt}
-    session = practice.MockSession(
+    session = mock.MockSession(
         plan, CATALOG, FakeEngine(), places, out=io.StringIO(), now=clock.now, sleep=clock.sleep, interval=1
     )
     report = session.run()
@@ -384,7 +390,7 @@ def test_mock_ends_when_everything_passes_or_the_learner_stops(places, how):
 
 
 def test_history_survives_an_interrupted_write(tmp_path):
-    history = practice.History(tmp_path / "history.jsonl")
+    history = History(tmp_path / "history.jsonl")
     history.append({"event": "grade", "kata": "causal_mask", "status": "fail", "score": 0.5})
     history.append({"event": "grade", "kata": "causal_mask", "status": "pass", "score": 1.0})
     with open(history.path, "ab") as file:  # a run killed in the middle of a write
@@ -393,11 +399,11 @@ def test_history_survives_an_interrupted_write(tmp_path):
     history.append({"event": "hint", "kata": "causal_mask", "number": 1})
     assert [r["event"] for r in history.read()] == ["grade", "grade", "hint"]
     assert history.path.read_bytes().count(b"\n") == 4  # the torn line stays on a line of its own
-    assert "causal_mask" in practice.progress_text(history.read(), CATALOG, {}, history.path)
+    assert "causal_mask" in progress.progress_text(history.read(), CATALOG, {}, history.path)
 
 
 def test_progress_shows_best_attempts_fastest_mock_and_trend(places, capsys):
-    history = places.history
+    history = history_of(places)
     for sha, status, score in [("a", "todo", 0), ("b", "fail", 0.5), ("b", "fail", 0.5), ("c", "pass", 1.0)]:
         history.append(
             {"event": "grade", "kata": "causal_mask", "source": "watch", "sha": sha, "status": status, "score": score}
@@ -414,7 +420,7 @@ def test_progress_shows_best_attempts_fastest_mock_and_trend(places, capsys):
         )
     places.hints.parent.mkdir(parents=True, exist_ok=True)
     places.hints.write_text(json.dumps({"causal_mask": 2}))
-    assert practice.progress_command(practice.parse_args(["progress"]), places) == 0
+    assert progress.progress_command(cli.parse_args(["progress"]), places) == 0
     printed = capsys.readouterr().out
     row = next(line for line in printed.splitlines() if line.startswith("causal_mask "))
     assert row.split()[:4] == ["causal_mask", "100%", "3", "pass"]  # best, distinct versions graded, last
@@ -427,11 +433,11 @@ def test_progress_shows_best_attempts_fastest_mock_and_trend(places, capsys):
 def test_check_results_of_the_learners_katas_are_recorded(places, monkeypatch):
     monkeypatch.setenv("KATAS_DIR", str(places.katas))
     monkeypatch.setenv("KATAS_STATE", str(places.state))
-    result = grader.KataResult("causal_mask", "todo", 0.0, 0, 4, "not started")
-    practice.record_check([result], ROOT / "solutions", seed=1)  # not the learner's files
-    assert places.history.read() == []
-    practice.record_check([result], places.katas, seed=1)
-    [record] = places.history.read()
+    result = KataResult("causal_mask", "todo", 0.0, 0, 4, "not started")
+    record_check([result], ROOT / "solutions", seed=1)  # not the learner's files
+    assert history_of(places).read() == []
+    record_check([result], places.katas, seed=1)
+    [record] = history_of(places).read()
     assert (record["source"], record["kata"], record["status"]) == ("check", "causal_mask", "todo")
 
 

@@ -8,22 +8,17 @@ weights, so they are PyTorch's too, obtained in float64 by attending over an ide
 import torch
 import torch.nn.functional as F
 
-from forbidden import ATTENTION
-from kata_testing import (
+from judge.forbidden import ATTENTION
+from judge.testing.checks import (
     assert_close,
     assert_prints_nothing,
     call_and_check_inputs,
     call_repr,
     check_tensor_kind,
     describe,
-    dtypes,
-    randn,
-    random_keep_mask,
 )
-
-KATA = "scaled_dot_product_attention"
-SYMBOL = "scaled_dot_product_attention"
-FORBIDDEN = ATTENTION
+from judge.testing.inputs import randn, random_keep_mask
+from judge.testing.spec import KataSpec, dtypes
 
 FULL = [torch.float32, torch.float64]
 HALF = [torch.float16, torch.bfloat16]
@@ -172,3 +167,12 @@ def benchmark(kata, device):
     return (lambda: kata.scaled_dot_product_attention(query, key, value, is_causal=True)), (
         lambda: F.scaled_dot_product_attention(query, key, value, is_causal=True)
     )
+
+
+SPEC = KataSpec(
+    kata="scaled_dot_product_attention",
+    symbol="scaled_dot_product_attention",
+    reference="F.scaled_dot_product_attention",
+    forbidden=ATTENTION,
+    benchmark=benchmark,
+)

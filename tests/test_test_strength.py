@@ -7,16 +7,17 @@
 - every stub generated from solutions/ is graded "todo", and katas/ as committed is that stub.
 """
 
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-import grader  # noqa: E402
+from judge.catalog import kata_names, load_catalog
+from judge.limits import Limits
+from judge.paths import ROOT
+from judge.scheduling import Job, default_workers, grade_all
+from judge.stubs import committed_text, make_stub
 
-CATALOG = [kata.name for kata in grader.load_catalog()]
+CATALOG = kata_names(load_catalog())
 MUTANTS = sorted((ROOT / "tests" / "mutants").glob("*/*.py"))
 VARIANTS = sorted((ROOT / "tests" / "variants").glob("*/*.py"))
 MIN_MUTANTS = 5
@@ -27,21 +28,20 @@ def case_id(path: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def verdicts(request) -> dict[Path, grader.KataResult]:
+def verdicts(request) -> dict:
     """Grade the selected mutants and variants (all, unless -k narrows them) once, in parallel."""
     paths = [
         item.callspec.params["path"]
         for item in request.session.items
         if hasattr(item, "callspec") and "path" in item.callspec.params
     ]
-    jobs = [(path.parent.name, path) for path in paths]
-    results = grader.grade_all(
+    jobs = [Job(path.parent.name, path) for path in paths]
+    results = grade_all(
         jobs,
         seed=request.config.kata_seed,
         device=request.config.getoption("device"),
-        time_limit=120,
-        test_timeout=60,
-        workers=grader.default_jobs(),
+        limits=Limits(time_limit=120, test_timeout=60),
+        workers=default_workers(),
         fork=True,  # warm forked children: the same tests and verdicts, a third of the time
     )
     return dict(zip(paths, results))
@@ -82,15 +82,15 @@ def test_variant_passes(path, verdicts):
 def test_generated_stubs_are_graded_todo(tmp_path, request):
     for name in CATALOG:
         solution = (ROOT / "solutions" / f"{name}.py").read_text(encoding="utf-8")
-        (tmp_path / f"{name}.py").write_text(grader.make_stub(solution), encoding="utf-8")
-    jobs = [(name, tmp_path / f"{name}.py") for name in CATALOG]
-    results = grader.grade_all(
+        (tmp_path / f"{name}.py").write_text(make_stub(solution), encoding="utf-8")
+    jobs = [Job(name, tmp_path / f"{name}.py") for name in CATALOG]
+    results = grade_all(
         jobs,
         seed=request.config.kata_seed,
         device="cpu",
-        time_limit=120,
-        test_timeout=60,
-        workers=grader.default_jobs(),
+        limits=Limits(time_limit=120, test_timeout=60),
+        workers=default_workers(),
+        fork=False,
     )
     wrong = {r.name: f"{r.status}: {r.message}" for r in results if r.status != "todo"}
     assert not wrong, f"untouched stubs must be graded 'todo': {wrong}"
@@ -98,10 +98,10 @@ def test_generated_stubs_are_graded_todo(tmp_path, request):
 
 @pytest.mark.parametrize("kata", CATALOG)
 def test_committed_stub_is_generated_from_the_solution(kata):
-    committed = grader.committed_text(ROOT / "katas" / f"{kata}.py")
+    committed = committed_text(ROOT / "katas" / f"{kata}.py")
     if committed is None:
         pytest.skip("not in a git checkout with katas/ committed")
-    expected = grader.make_stub((ROOT / "solutions" / f"{kata}.py").read_text(encoding="utf-8"))
+    expected = make_stub((ROOT / "solutions" / f"{kata}.py").read_text(encoding="utf-8"))
     assert committed == expected, (
         f"katas/{kata}.py as committed differs from the stub generated from "
         f"solutions/{kata}.py; maintainers: run `make stubs` and commit"

@@ -1,4 +1,4 @@
-"""Helpers shared by the module katas: multi_head_attention, causal_lm_block, encoder_layer,
+"""The shared path of the module katas: multi_head_attention, causal_lm_block, encoder_layer,
 decoder_layer.
 
 The oracle is a PyTorch module (nn.MultiheadAttention, nn.TransformerEncoderLayer,
@@ -8,14 +8,14 @@ test, and copied by name into the learner's module. The reference runs in float6
 train() mode with dropout 0 and autograd on, which keeps it off PyTorch's fused inference
 fast path; its result is rounded to the dtype under test. Rows whose every key is blocked
 are undefined (NaN in PyTorch) and are never judged. Delegating attention to PyTorch is
-refused by tests/forbidden.py (each test module sets FORBIDDEN = MODULE_ATTENTION).
+refused by judge.forbidden (each spec sets forbidden=ATTENTION).
 """
 
 import torch
 from torch import nn
 
-from forbidden import ForbiddenCallError
-from kata_testing import assert_close, check_tensor_kind, randn
+from judge.testing.checks import assert_close, check_tensor_kind
+from judge.testing.inputs import causal_blocked, randn
 
 # (rtol, atol) for a module's result in the given dtype, compared with the float64 reference
 # rounded to that dtype. A layer chains matmuls, softmax and up to three LayerNorms, so these
@@ -53,36 +53,6 @@ def hidden_sizes(rng, count: int = 3) -> list[dict]:
         cases.append({"B": B, "L": L, "S": S, "E": E, "H": H, "F": F_})
     cases[0][rng.choice("BLS")] = 1
     return cases
-
-
-def padding_mask(gen, B: int, S: int, *, right_only: bool = False) -> torch.Tensor:
-    """Boolean [B, S], True = padding: a different length per row where S allows, each row
-    keeping at least one key; padded on the right (or, unless right_only, some on the left)."""
-    order = torch.randperm(S, generator=gen)
-    lengths = [int(order[b % S]) + 1 for b in range(B)]
-    positions = torch.arange(S)
-    rows = []
-    for b, length in enumerate(lengths):
-        left = not right_only and bool(torch.rand(1, generator=gen) < 0.3)
-        rows.append(positions < S - length if left else positions >= length)
-    return torch.stack(rows)
-
-
-def blocked_mask(gen, L: int, S: int) -> torch.Tensor:
-    """Boolean [L, S], True = blocked, random, every row keeping at least one key."""
-    keep = torch.rand(L, S, generator=gen) < 0.6
-    one = torch.randint(S, (L, 1), generator=gen)
-    return ~keep.scatter(-1, one, True)
-
-
-def as_float_mask(gen, blocked: torch.Tensor, dtype) -> torch.Tensor:
-    """A float mask with the same blocked entries (-inf) and random finite values elsewhere."""
-    return randn(gen, *blocked.shape, dtype=dtype, std=0.5).masked_fill(blocked, float("-inf"))
-
-
-def causal_blocked(L: int, S: int) -> torch.Tensor:
-    """[L, S], True above the diagonal: key j is blocked for query i when j > i (top-left)."""
-    return torch.ones(L, S, dtype=torch.bool).triu(1)
 
 
 def with_causal(mask: torch.Tensor | None, L: int, S: int) -> torch.Tensor:
@@ -256,19 +226,6 @@ def assert_dropout_is_active(first: torch.Tensor, second: torch.Tensor, *, call:
             "should zero random activations, so two calls differ (use nn.Dropout or F.dropout with "
             "training=self.training)"
         )
-
-
-def assert_raises_value_error(build, *, call: str, reason: str) -> None:
-    """build() must raise ValueError. NotImplementedError propagates (an untouched stub)."""
-    try:
-        build()
-    except ValueError:
-        return
-    except (NotImplementedError, ForbiddenCallError):
-        raise
-    except Exception as error:  # noqa: BLE001 - the message names what was raised instead
-        raise AssertionError(f"{call} raised {type(error).__name__}: {error}; expected ValueError ({reason})") from None
-    raise AssertionError(f"{call} returned normally; expected ValueError ({reason})")
 
 
 def module_repr(name: str, **kwargs) -> str:

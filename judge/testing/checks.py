@@ -1,62 +1,13 @@
-"""Helpers shared by the kata tests.
+"""Checks whose failure messages say what was called, what came back and what was expected."""
 
-Loading the code under test, drawing hidden inputs, tolerances per dtype, and checks
-whose failure messages say what was called, what came back and what was expected.
-"""
-
-import importlib.util
-import sys
-from pathlib import Path
+from __future__ import annotations
 
 import pytest
 import torch
 
-# (rtol, atol) for a result computed in the given dtype and compared with PyTorch's.
-# float32/float64 are torch.testing's defaults. The half-precision ones are a few ulps
-# (float16 ulp at 1.0 is 9.8e-4, bfloat16's 7.8e-3): a correct kata that rounds in
-# another order than PyTorch lands within them; a wrong scale or mask does not.
-TOLERANCES = {
-    torch.float64: {"rtol": 1e-7, "atol": 1e-7},
-    torch.float32: {"rtol": 1.3e-6, "atol": 1e-5},
-    torch.float16: {"rtol": 4e-3, "atol": 4e-3},
-    torch.bfloat16: {"rtol": 3e-2, "atol": 3e-2},
-}
+from judge.testing.tolerances import SINGLE_OP
 
 MESSAGE_LIMIT = 600  # characters of a value's repr kept in a failure message
-
-
-def dtypes(*choices: torch.dtype):
-    """Parametrize a test over dtypes, with readable ids: [float32], [bfloat16]."""
-    return pytest.mark.parametrize("dtype", choices, ids=lambda d: str(d).removeprefix("torch."))
-
-
-class KataLoadError(Exception):
-    """The file under test could not be imported or lacks the kata's public symbol."""
-
-
-def load_kata(path: Path, symbol: str):
-    """Import the kata file at `path` as a fresh module and return it.
-
-    Raises KataLoadError with a one-line reason when the file is missing, fails to
-    import (syntax error, exception at import time) or does not define `symbol`.
-    """
-    if not path.is_file():
-        raise KataLoadError(f"no file {path}")
-    module_name = f"kata_under_test_{path.stem}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module  # dataclasses and pickling look modules up here
-    try:
-        spec.loader.exec_module(module)
-    except SyntaxError as error:
-        raise KataLoadError(f"{path}, line {error.lineno}: SyntaxError: {error.msg}") from None
-    except BaseException as error:  # noqa: BLE001 - a kata may raise anything at import
-        if isinstance(error, KeyboardInterrupt):
-            raise
-        raise KataLoadError(f"importing {path} raised {type(error).__name__}: {error}") from error
-    if not hasattr(module, symbol):
-        raise KataLoadError(f"{path} defines no `{symbol}`")
-    return module
 
 
 def describe(value) -> str:
@@ -98,14 +49,14 @@ def _index(flat_index: int, shape) -> tuple:
     return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat_index), tuple(shape))) if shape else ()
 
 
-def assert_close(actual, expected: torch.Tensor, *, call: str, what: str = "result", tolerance=None) -> None:
-    """Compare a float result with the reference, using explicit (rtol, atol).
+def assert_close(actual, expected: torch.Tensor, *, call: str, what: str = "result", tolerance: dict | None = None) -> None:
+    """Compare a float result with the reference within `tolerance` ({"rtol", "atol"}; by
+    default SINGLE_OP's for the expected dtype).
 
-    `tolerance` defaults to TOLERANCES[expected.dtype]. The message names the call, the
-    worst element (index, got, expected) and how many elements are off.
-    """
+    The message names the call, the worst element (index, got, expected) and how many
+    elements are off; NaN and Inf are named as such."""
     check_tensor_kind(actual, expected, call=call, what=what)
-    tolerance = tolerance or TOLERANCES[expected.dtype]
+    tolerance = tolerance or SINGLE_OP[expected.dtype]
     got, want = actual.detach().cpu().double(), expected.detach().cpu().double()
     for bad, name in ((torch.isnan, "NaN"), (torch.isinf, "Inf")):
         wrong = bad(got) & ~bad(want)
@@ -127,7 +78,7 @@ def assert_close(actual, expected: torch.Tensor, *, call: str, what: str = "resu
             f"(allowed: {tolerance['atol']:g} + {tolerance['rtol']:g} * |expected|)"
         )
 
-    torch.testing.assert_close(actual, expected, **tolerance, msg=message)
+    torch.testing.assert_close(actual, expected, rtol=tolerance["rtol"], atol=tolerance["atol"], msg=message)
 
 
 def _grid(mask: torch.Tensor) -> str:
@@ -150,12 +101,11 @@ def assert_equal_mask(actual, expected: torch.Tensor, *, call: str, what: str = 
         raise AssertionError(text)
 
 
-def call_and_check_inputs(fn, call: str, **inputs: torch.Tensor):
+def call_and_check_inputs(fn, call: str, **inputs):
     """Return fn(), after checking it left every named input tensor as it was.
 
     Run this before judging values: a kata that scales `query` in place would otherwise be
-    told its output is wrong, which hides the real slip.
-    """
+    told its output is wrong, which hides the real slip."""
     snapshots = {  # meta tensors have no values to compare
         name: tensor.clone()
         for name, tensor in inputs.items()
@@ -173,26 +123,6 @@ def assert_not_modified(name: str, argument: torch.Tensor, snapshot: torch.Tenso
         raise AssertionError(f"{call} modified its `{name}` argument in place; work on a copy or an out-of-place op")
 
 
-# What a kata sees on the "meta" device when it reads tensor values in Python (.tolist(),
-# .item(), int(t)): correct code on a real GPU, so such a device check is inconclusive.
-META_DATA_ERRORS = ("Cannot copy out of meta tensor", "cannot be called on meta tensors")
-
-
-def call_on_device(fn, device):
-    """Call fn(); on "meta", return None when the kata needed tensor values to run.
-
-    "meta" stands in for CUDA on machines without one: it shows whether results follow
-    the inputs' device, but has no values. Code that reads values in Python is fine on a
-    GPU, so it is not failed here; the CUDA run of the same test judges it fully.
-    """
-    try:
-        return fn()
-    except (NotImplementedError, RuntimeError) as error:
-        if str(device) == "meta" and any(text in str(error) for text in META_DATA_ERRORS):
-            return None
-        raise
-
-
 def assert_prints_nothing(capfd, call: str) -> None:
     """Library code prints nothing: output belongs to the caller."""
     out, err = capfd.readouterr()
@@ -203,17 +133,44 @@ def assert_prints_nothing(capfd, call: str) -> None:
         )
 
 
-def randn(generator: torch.Generator, *shape: int, dtype=torch.float32, device="cpu", std: float = 1.0) -> torch.Tensor:
-    """Normal values drawn in float64 on the CPU, so every dtype and device sees the same numbers."""
-    return (torch.randn(*shape, generator=generator, dtype=torch.float64) * std).to(dtype=dtype, device=device)
+def assert_raises_value_error(build, *, call: str, reason: str) -> None:
+    """build() must raise ValueError. NotImplementedError (an untouched stub) and the guard's
+    refusals propagate as they are."""
+    from judge.forbidden import ForbiddenCallError
+
+    try:
+        build()
+    except ValueError:
+        return
+    except (NotImplementedError, ForbiddenCallError):
+        raise
+    except Exception as error:  # noqa: BLE001 - the message names what was raised instead
+        raise AssertionError(f"{call} raised {type(error).__name__}: {error}; expected ValueError ({reason})") from None
+    raise AssertionError(f"{call} returned normally; expected ValueError ({reason})")
 
 
-def random_keep_mask(generator: torch.Generator, *shape: int, p: float = 0.6) -> torch.Tensor:
-    """Boolean [..., L, S] mask, True with probability p, with at least one True per row.
+# --------------------------------------------------------------------------- devices
 
-    Rows with no True would be fully masked for an API where True means "may attend":
-    undefined in PyTorch, so never generated. Negate it for APIs where True blocks.
-    """
-    keep = torch.rand(*shape, generator=generator) < p
-    one = torch.randint(shape[-1], (*shape[:-1], 1), generator=generator)
-    return keep.scatter(-1, one, True)
+
+class Inconclusive(pytest.skip.Exception):
+    """A check this machine cannot decide. The grader leaves the test out of the count and
+    says so ("device handling not checked without a GPU"); it is never a pass."""
+
+
+NO_GPU = "device handling not checked without a GPU: the kata reads tensor values in Python"
+
+# What a kata sees on the "meta" device when it reads tensor values in Python (.tolist(),
+# .item(), int(t)): correct code on a real GPU, so such a device check is inconclusive.
+META_DATA_ERRORS = ("Cannot copy out of meta tensor", "cannot be called on meta tensors")
+
+
+def call_on_device(fn, device):
+    """Call fn(). "meta" stands in for CUDA on machines without one: it shows whether results
+    follow the inputs' device, but has no values. A kata that reads values in Python is fine
+    on a GPU, so there the check raises Inconclusive instead of judging it."""
+    try:
+        return fn()
+    except (NotImplementedError, RuntimeError) as error:
+        if str(device) == "meta" and any(text in str(error) for text in META_DATA_ERRORS):
+            raise Inconclusive(NO_GPU) from None
+        raise

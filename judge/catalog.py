@@ -1,0 +1,96 @@
+"""The catalog: info.toml, the one place for each kata's metadata, read and validated.
+
+Each [[kata]] has a name (the file name under katas/ and solutions/), a title, a
+difficulty (1 warm-up to 5 hard), suggested minutes, what it is judged against
+(`reference`, shown in the README) and hints (a nudge, an approach, a near-answer).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from judge.errors import UsageError
+from judge.paths import INFO, SOLUTIONS
+
+NAME = re.compile(r"[a-z][a-z0-9_]*")
+FIELDS = {"name": str, "title": str, "difficulty": int, "minutes": int, "reference": str, "hints": list}
+
+
+class CatalogError(UsageError):
+    """info.toml is missing, malformed, or an entry breaks a rule."""
+
+
+@dataclass(frozen=True)
+class Kata:
+    name: str
+    title: str
+    difficulty: int
+    minutes: int
+    reference: str
+    hints: list[str] = field(default_factory=list)
+
+    @property
+    def stars(self) -> str:
+        return "★" * self.difficulty + "☆" * (5 - self.difficulty)
+
+
+def load_catalog(path: Path = INFO, solutions: Path = SOLUTIONS) -> list[Kata]:
+    """The katas in order of play. Raises CatalogError naming the first broken rule."""
+    try:
+        with open(path, "rb") as file:
+            data = tomllib.load(file)
+    except OSError as error:
+        raise CatalogError(f"{path.name} could not be read: {error.strerror}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise CatalogError(f"{path.name} is not valid TOML: {error}") from None
+    entries = data.get("kata")
+    if not isinstance(entries, list) or not entries:
+        raise CatalogError(f"{path.name} has no [[kata]] entries")
+    katas: list[Kata] = []
+    for number, entry in enumerate(entries, 1):
+        katas.append(_kata(entry, f"{path.name}, kata #{number}", solutions))
+    seen: set[str] = set()
+    for kata in katas:
+        if kata.name in seen:
+            raise CatalogError(f"{path.name}: kata {kata.name!r} is listed twice")
+        seen.add(kata.name)
+    return katas
+
+
+def _kata(entry: dict, where: str, solutions: Path) -> Kata:
+    unknown = sorted(set(entry) - set(FIELDS))
+    if unknown:
+        raise CatalogError(f"{where}: unknown field {unknown[0]!r} (the fields: {', '.join(FIELDS)})")
+    for key, kind in FIELDS.items():
+        if key not in entry:
+            raise CatalogError(f"{where}: missing field {key!r}")
+        if not isinstance(entry[key], kind) or (kind is int and isinstance(entry[key], bool)):
+            raise CatalogError(f"{where}: {key} must be a {kind.__name__}, got {entry[key]!r}")
+    name = entry["name"]
+    where = f"{where} ({name})"
+    if not NAME.fullmatch(name):
+        raise CatalogError(f"{where}: the name must be a lower-case Python identifier")
+    if not 1 <= entry["difficulty"] <= 5:
+        raise CatalogError(f"{where}: difficulty must be 1 to 5, got {entry['difficulty']}")
+    if entry["minutes"] < 1:
+        raise CatalogError(f"{where}: minutes must be at least 1, got {entry['minutes']}")
+    if not all(isinstance(hint, str) and hint.strip() for hint in entry["hints"]):
+        raise CatalogError(f"{where}: hints must be non-empty strings")
+    if not (solutions / f"{name}.py").is_file():
+        raise CatalogError(f"{where}: no solutions/{name}.py")
+    return Kata(**entry)
+
+
+def kata_names(katas: list[Kata]) -> list[str]:
+    return [kata.name for kata in katas]
+
+
+def kata_table(katas: list[Kata]) -> str:
+    """The README's kata table, made from info.toml so the two never disagree."""
+    rows = ["| kata | what you write | difficulty | minutes | judged against |", "|---|---|---|---|---|"]
+    for kata in katas:
+        rows.append(f"| `{kata.name}` | {kata.title} | {kata.stars} | {kata.minutes} | {kata.reference} |")
+    return "\n".join(rows)

@@ -1,0 +1,182 @@
+"""Grading one kata file, or timing it: in a fresh process, or in a child forked from a warm one.
+
+Both engines run the same thing, pytest on the kata's test module with the grader's
+options and the results file the grader owns, under isolation's supervision, and
+classify the outcome with verdicts.classify. The process engine pays for importing torch
+each time (about three seconds); the fork engine imports torch and pytest once and forks
+a child per grade (about half a second for a small kata). Each grade is a new process
+either way, so no module (the kata's, the test's) is ever stale.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from judge.isolation import ProcessEnd, crash_details, log_tail, run_forked, run_process, thread_count
+from judge.limits import DEFAULT, Limits
+from judge.paths import ROOT, test_file
+from judge.protocol import KataResult, Timing, read_events
+from judge.verdicts import classify
+
+# pytest's options for every kata process: no cache files, no plugin but ours (a user's own
+# Python may carry plugins that reorder or skip tests), our own addopts only.
+PYTEST_FLAGS = ("-p", "no:cacheprovider", "-o", "addopts=", "-q")
+
+# What a kata's tests import on their first run, imported once by a warm process so each
+# forked grade starts warm. torch.fx.experimental.symbolic_shapes and torch._dynamo are
+# what the first operation on a "meta" tensor imports (two seconds).
+WARM_MODULES = (
+    "numpy",
+    "torch",
+    "torch.nn",
+    "torch.nn.functional",
+    "torch.testing",
+    "torch.overrides",
+    "torch.utils.benchmark",
+    "torch.utils._python_dispatch",
+    "torch.fx.experimental.symbolic_shapes",
+    "torch._dynamo",
+    "pytest",
+    "judge.plugin",
+    "judge.timing",
+    "judge.testing.spec",
+    "judge.testing.checks",
+    "judge.testing.inputs",
+    "judge.testing.modules",
+)
+
+
+def pytest_args(
+    name: str, path: Path, *, seed: int, device: str, results: Path, limits: Limits, timing: bool = False
+) -> list[str]:
+    """pytest's arguments for grading (or timing) the kata file at `path`."""
+    args = [str(test_file(name)), *PYTEST_FLAGS]
+    args += ["--impl", str(path), "--seed", str(seed), "--device", device, "--results", str(results)]
+    args += [f"--memory-limit-mb={limits.memory_mb}", f"--output-limit-mb={limits.output_mb}"]
+    return args + (["--kata-timing"] if timing else [])
+
+
+def kata_env(threads: int | None = None) -> dict:
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
+class ProcessEngine:
+    """Each grade in a fresh process, exactly as `make check` runs it."""
+
+    kind = "process"
+
+    def __init__(self, *, device: str = "cpu", limits: Limits = DEFAULT, threads: int | None = None):
+        self.device, self.limits, self.threads = device, limits, threads
+        self.fallback_reason = ""
+
+    def prepare(self) -> None:
+        pass
+
+    def grade(self, name: str, path: Path, seed: int) -> KataResult:
+        with tempfile.TemporaryDirectory(prefix=f"kata-{name}-") as scratch:
+            results, log = Path(scratch) / "results.jsonl", Path(scratch) / "output.log"
+            args = pytest_args(name, path, seed=seed, device=self.device, results=results, limits=self.limits)
+            end = self.run(args, log, results, self.limits.time_limit, self.limits.test_timeout)
+            return classify(name, read_events(results), end, crash_details(log, path), self.limits)
+
+    def time(self, result: KataResult, path: Path) -> None:
+        """Time a passing kata against its reference: result.timing gets the figures, or an error."""
+        with tempfile.TemporaryDirectory(prefix=f"kata-timing-{result.name}-") as scratch:
+            results, log = Path(scratch) / "results.jsonl", Path(scratch) / "output.log"
+            args = pytest_args(result.name, path, seed=0, device=self.device, results=results, limits=self.limits, timing=True)
+            end = self.run(args, log, None, self.limits.timing_limit(), None)
+            timing = next((e.timing for e in read_events(results) if isinstance(e, Timing)), None)
+            if timing is not None:
+                result.timing = timing
+            elif end.timed_out:
+                result.timing = {"error": "timing overran its limit"}
+            else:
+                result.timing = {"error": f"timing failed: {log_tail(log)}"}
+
+    def run(self, args: list[str], log: Path, events: Path | None, time_limit: float, test_timeout: float | None) -> ProcessEnd:
+        return run_process(
+            [sys.executable, "-m", "pytest", *args], cwd=ROOT, env=kata_env(self.threads), log_path=log,
+            time_limit=time_limit, test_timeout=test_timeout, events=events,
+        )
+
+
+class ForkEngine(ProcessEngine):
+    """Imports torch and pytest once; each grade runs pytest.main in a forked child.
+
+    The warm process never runs a tensor op: a fork after torch has started its OpenMP
+    threads hangs in the child. So it checks its thread count before each fork, and grades
+    in fresh processes from then on if it grew."""
+
+    kind = "fork"
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        self.ready = False
+        self.baseline: int | None = None
+        self.prepare_seconds = 0.0
+
+    def prepare(self) -> None:
+        if self.ready:
+            return
+        start = time.perf_counter()
+        for module in WARM_MODULES:  # only a speed-up: a child imports whatever is missing
+            with contextlib.suppress(Exception):
+                importlib.import_module(module)
+        with contextlib.suppress(Exception):
+            from _pytest.config import default_plugins
+
+            for plugin in default_plugins:
+                importlib.import_module(f"_pytest.{plugin}")
+        # Objects that exist now are never collected in a child: without this, pytest's
+        # gc.collect() at exit walks (and copies, page by page) torch's whole heap: 1.5 s.
+        gc.collect()
+        gc.freeze()
+        self.baseline = thread_count()
+        self.prepare_seconds = time.perf_counter() - start
+        self.ready = True
+
+    def fork_is_safe(self) -> bool:
+        if self.fallback_reason:
+            return False
+        count = thread_count()
+        if self.baseline is not None and count is not None and count > self.baseline:
+            self.fallback_reason = (
+                f"this process started threads ({count}, was {self.baseline}): a fork could hang, "
+                "so each grade now runs in a fresh process"
+            )
+            return False
+        return True
+
+    def run(self, args: list[str], log: Path, events: Path | None, time_limit: float, test_timeout: float | None) -> ProcessEnd:
+        self.prepare()
+        if not self.fork_is_safe():
+            return super().run(args, log, events, time_limit, test_timeout)
+
+        def child() -> int:
+            import pytest
+
+            return int(pytest.main(args))
+
+        return run_forked(
+            child, cwd=ROOT, env=kata_env(self.threads), log_path=log, time_limit=time_limit,
+            test_timeout=test_timeout, events=events,
+        )
+
+
+def make_engine(kind: str = "auto", **options) -> ProcessEngine:
+    """"fork" where the platform allows it (Linux), else "process"; KATAS_ENGINE overrides."""
+    kind = os.environ.get("KATAS_ENGINE") or kind
+    if kind == "process" or not hasattr(os, "fork") or not sys.platform.startswith("linux"):
+        return ProcessEngine(**options)
+    return ForkEngine(**options)
+

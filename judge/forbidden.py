@@ -1,0 +1,370 @@
+"""What a kata may not call (the very thing it asks you to write), and the guard that sees it.
+
+A kata's spec names one rule set. While the kata's own code runs (never while a test
+computes its reference), the guard keeps these nets out:
+- a TorchFunctionMode sees torch-level calls such as F.scaled_dot_product_attention, also
+  through an alias, torch._C._nn or torch.ops.aten; at each call it also looks up the
+  Python stack for code the kata may not run (nn.TransformerEncoderLayer._sa_block borrowed
+  unbound, say), however that code was reached, and, for the backward katas, refuses any
+  result that records an autograd graph;
+- a TorchDispatchMode sees the aten kernels underneath (their names differ under
+  inference mode, so rules match substrings), which DisableTorchFunction does not hide;
+- Python-level entry points (autograd's engine) are swapped for tripwires, including the
+  aliases bound in the kata's own namespace;
+- a structural check refuses forbidden submodules (nn.MultiheadAttention, nn.Transformer*).
+The kata's public function, module class or autograd.Function (its forward and backward)
+runs under the guard. Escape hatches that switch the modes off are refused by an AST
+scan when the file loads. These nets catch honest shortcuts, not determined adversaries.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.attention.bias
+import torch.nn.modules.transformer
+from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode  # private, but the only dispatch-level hook
+
+
+class ForbiddenCallError(Exception):
+    """The kata called something its task forbids. The grader's verdict: forbidden."""
+
+
+Site = tuple[object, str, str]  # (owner, attribute, the name shown to the learner)
+
+
+@dataclass(frozen=True)
+class Rules:
+    functions: tuple[str, ...] = ()  # torch function names, as the function mode sees them
+    kernels: tuple[str, ...] = ()  # substrings of aten kernel names, as the dispatch mode sees them
+    modules: tuple[type, ...] = ()  # submodule types a kata module may not contain
+    python: tuple[Site, ...] = ()  # entry points swapped for tripwires while the kata runs
+    code: tuple[Site, ...] = ()  # Python functions whose code may not run under the kata's call
+    no_graph: bool = False  # nothing the kata computes may record an autograd graph
+    why: str = ""
+
+    def __add__(self, other: Rules) -> Rules:
+        return Rules(
+            self.functions + other.functions,
+            self.kernels + other.kernels,
+            self.modules + other.modules,
+            self.python + other.python,
+            self.code + other.code,
+            self.no_graph or other.no_graph,
+            other.why or self.why,
+        )
+
+    @property
+    def needs_function_mode(self) -> bool:
+        return bool(self.functions or self.kernels or self.code or self.no_graph)
+
+
+NONE = Rules()
+
+_LAYERS = (
+    nn.TransformerEncoderLayer,
+    nn.TransformerDecoderLayer,
+    nn.TransformerEncoder,
+    nn.TransformerDecoder,
+    nn.Transformer,
+    nn.MultiheadAttention,
+)
+# Every PyTorch implementation of attention, under every name: the function, the aten
+# kernels, the modules, and the modules' Python code borrowed unbound on another module.
+ATTENTION = Rules(
+    functions=("scaled_dot_product_attention", "multi_head_attention_forward"),
+    kernels=(
+        "scaled_dot_product",
+        "flash_attention",
+        "efficient_attention",
+        "_fused_sdp",
+        "cudnn_attention",
+        "multi_head_attention",
+        "_transformer_encoder_layer_fwd",
+    ),
+    modules=_LAYERS,
+    code=tuple(
+        (layer, name, f"nn.{layer.__name__}.{name}")
+        for layer in _LAYERS
+        for name in ("forward", "_sa_block", "_mha_block", "_ff_block")
+        if name in vars(layer)
+    ),
+    why="this kata asks you to write attention yourself",
+)
+_ENGINE = "autograd (torch.autograd.grad, .backward() or torch.func)"
+AUTOGRAD = Rules(
+    kernels=("_backward", "_make_dual"),  # autograd's kernels (softmax_backward_data & co), forward-mode AD
+    python=(
+        (torch.autograd, "_engine_run_backward", _ENGINE),
+        (torch.autograd.graph, "_engine_run_backward", _ENGINE),
+    ),
+    no_graph=True,
+    why="this kata asks you to derive the gradients by hand",
+)
+_CAUSAL_BIAS = torch.nn.attention.bias.CausalBias
+CAUSAL_MASK = Rules(
+    code=(
+        (nn.Transformer, "generate_square_subsequent_mask", "nn.Transformer.generate_square_subsequent_mask"),
+        (
+            torch.nn.modules.transformer,
+            "_generate_square_subsequent_mask",
+            "nn.Transformer.generate_square_subsequent_mask",
+        ),
+        (_CAUSAL_BIAS, "_materialize", "torch.nn.attention.bias.causal_upper_left"),
+        (_CAUSAL_BIAS, "_upper_left", "torch.nn.attention.bias.causal_upper_left"),
+        (_CAUSAL_BIAS, "_lower_right", "torch.nn.attention.bias.causal_lower_right"),
+    ),
+    why="this kata asks you to build that mask yourself",
+)
+
+# Names that switch the detection off or reach below it; no kata needs them.
+ESCAPE_HATCHES = (
+    "_C",
+    "_disable_current_modes",
+    "DisableTorchFunction",
+    "DisableTorchFunctionSubclass",
+    "_python_dispatch",
+    "_execution_engine",
+    "_push_mode",
+    "_pop_mode",
+    "_set_torch_function_mode",
+)
+
+
+def scan_escape_hatches(path: Path) -> list[tuple[int, str]]:
+    """(line, name) for each escape-hatch name the file mentions (attribute, import or name)."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return []  # the import itself reports these
+    found = []
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Attribute):
+            names = [node.attr]
+        elif isinstance(node, ast.Name):
+            names = [node.id]
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [part for alias in node.names for part in alias.name.split(".")]
+            names += (node.module or "").split(".") if isinstance(node, ast.ImportFrom) else []
+        found += [(node.lineno, name) for name in names if name in ESCAPE_HATCHES]
+    return sorted(found)
+
+
+def refuse_escape_hatches(path: Path, kata_name: str) -> None:
+    hatches = scan_escape_hatches(path)
+    if hatches:
+        line, name = hatches[0]
+        raise ForbiddenCallError(
+            f"{path.name} uses {name} (line {line}), which reaches around the grader's checks; no kata needs it"
+        )
+
+
+def _function_of(raw):
+    return raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
+
+
+def _raw(owner, attribute: str):
+    return vars(owner).get(attribute) if isinstance(owner, type) else getattr(owner, attribute, None)
+
+
+class _State(threading.local):
+    depth = 0
+
+
+_state = _State()
+
+
+class _FunctionNet(TorchFunctionMode):
+    def __init__(self, guard: Guard):
+        super().__init__()
+        self.guard = guard
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        guard, rules = self.guard, self.guard.rules
+        name = getattr(func, "__name__", "") or str(func)
+        if name in rules.functions:
+            guard.trip(f"F.{name}")
+        if rules.kernels and any(k in str(func) for k in rules.kernels):
+            guard.trip(str(func))
+        if guard.codes:
+            guard.check_stack(sys._getframe(1))
+        result = func(*args, **(kwargs or {}))
+        if rules.no_graph:
+            guard.check_no_graph(result, name)
+        return result
+
+
+class _DispatchNet(TorchDispatchMode):
+    def __init__(self, guard: Guard):
+        super().__init__()
+        self.guard = guard
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.name()
+        if any(k in name for k in self.guard.rules.kernels):
+            self.guard.trip(name)
+        return func(*args, **(kwargs or {}))
+
+
+class Guard:
+    """Context manager: raises ForbiddenCallError when the code inside makes a forbidden call.
+
+    The call is also remembered, so a kata that catches the error still fails on exit.
+    Re-entrant: only the outermost guard on a thread sets the nets up."""
+
+    def __init__(self, rules: Rules, kata_name: str, namespace: dict | None = None, kata_file: str | None = None):
+        self.rules, self.kata_name, self.namespace = rules, kata_name, namespace if namespace is not None else {}
+        self.kata_file = kata_file
+        self.seen: list[str] = []
+        self.undo: list = []
+        self.nets: list = []
+        self.entry = None
+        self.codes = {_function_of(_raw(owner, attr)).__code__: shown for owner, attr, shown in rules.code if _raw(owner, attr)}
+
+    def message(self, name: str) -> str:
+        return f"{self.kata_name} calls {name}{self.where()}, which is not allowed: {self.rules.why}"
+
+    def where(self) -> str:
+        """' (at kata.py, line 12)': the innermost line of the kata's file on the stack."""
+        if not self.kata_file:
+            return ""
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code.co_filename == self.kata_file:
+                return f" (at {Path(self.kata_file).name}, line {frame.f_lineno})"
+            frame = frame.f_back
+        return ""
+
+    def trip(self, name: str):
+        self.seen.append(name)
+        raise ForbiddenCallError(self.message(name))
+
+    def check_stack(self, frame) -> None:
+        """Trip if forbidden code is running between the kata's entry and this torch call."""
+        while frame is not None and frame is not self.entry:
+            shown = self.codes.get(frame.f_code)
+            if shown:
+                self.trip(shown)
+            frame = frame.f_back
+
+    def check_no_graph(self, result, name: str) -> None:
+        tensors = result if isinstance(result, (tuple, list)) else (result,)
+        if any(isinstance(t, torch.Tensor) and t.grad_fn is not None for t in tensors):
+            self.trip(f"{name} while recording an autograd graph (requires_grad_ or torch.enable_grad)")
+
+    def _tripwire(self, shown: str):
+        guard = self
+
+        def tripwire(*args, **kwargs):
+            guard.trip(shown)
+
+        return tripwire
+
+    def _patch(self):
+        for owner, attribute, shown in self.rules.python:
+            raw = _raw(owner, attribute)
+            if raw is None:
+                continue
+            original = _function_of(raw)
+            wire = self._tripwire(shown)
+            setattr(owner, attribute, staticmethod(wire) if isinstance(raw, staticmethod) else wire)
+            self.undo.append(functools.partial(setattr, owner, attribute, raw))
+            for key, value in list(self.namespace.items()):  # `from torch.autograd import grad as g`-style aliases
+                if value is original:
+                    self.namespace[key] = wire
+                    self.undo.append(functools.partial(self.namespace.__setitem__, key, value))
+
+    def __enter__(self):
+        _state.depth += 1
+        if _state.depth > 1:
+            return self
+        self.entry = sys._getframe(1)
+        self._patch()
+        self.nets = [_FunctionNet(self)] if self.rules.needs_function_mode else []
+        self.nets += [_DispatchNet(self)] if self.rules.kernels else []
+        for net in self.nets:
+            net.__enter__()
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        _state.depth -= 1
+        if _state.depth > 0:
+            return False
+        for net in reversed(self.nets):
+            net.__exit__(None, None, None)
+        for undo in reversed(self.undo):
+            undo()
+        self.undo.clear()
+        self.entry = None
+        if self.seen and not isinstance(error, ForbiddenCallError):
+            raise ForbiddenCallError(self.message(self.seen[0]))
+        return False
+
+
+def check_structure(module: nn.Module, rules: Rules, kata_name: str) -> None:
+    for name, child in module.named_modules():
+        if rules.modules and isinstance(child, rules.modules):
+            where = f"self.{name}" if name else "itself"
+            raise ForbiddenCallError(
+                f"{kata_name} contains an nn.{type(child).__name__} ({where}), which is not allowed: {rules.why}"
+            )
+
+
+def guarded(symbol, rules: Rules, kata_name: str, namespace: dict, kata_file: str | None = None):
+    """The kata's public function, nn.Module class or autograd.Function, running under a
+    Guard whenever called (a Function: its forward and its backward)."""
+    if rules == NONE:
+        return symbol
+
+    def under_guard(function):
+        @functools.wraps(function)
+        def call(*args, **kwargs):
+            with Guard(rules, kata_name, namespace, kata_file):
+                return function(*args, **kwargs)
+
+        return call
+
+    if isinstance(symbol, type) and issubclass(symbol, nn.Module):
+
+        class Guarded(symbol):
+            def __init__(self, *args, **kwargs):
+                with Guard(rules, kata_name, namespace, kata_file):
+                    super().__init__(*args, **kwargs)
+                check_structure(self, rules, kata_name)
+
+            def __call__(self, *args, **kwargs):
+                with Guard(rules, kata_name, namespace, kata_file):
+                    return super().__call__(*args, **kwargs)
+
+        Guarded.__name__, Guarded.__qualname__, Guarded.__module__ = symbol.__name__, symbol.__qualname__, symbol.__module__
+        return Guarded
+    if isinstance(symbol, type) and issubclass(symbol, torch.autograd.Function):
+        steps = ["forward", "backward"] + [
+            name for name in ("setup_context", "vjp", "jvp") if _function_of(getattr(symbol, name)) is not _function_of(getattr(torch.autograd.Function, name))
+        ]
+        overrides = {name: staticmethod(under_guard(getattr(symbol, name))) for name in steps}
+        overrides |= {"__module__": symbol.__module__, "__qualname__": symbol.__qualname__}
+        return type(symbol.__name__, (symbol,), overrides)
+    if callable(symbol):
+        return under_guard(symbol)
+    return symbol
+
+
+class GuardedKata:
+    """The kata module as tests see it: its public symbol guarded, everything else as is."""
+
+    def __init__(self, module, symbol: str, rules: Rules, kata_name: str):
+        self._module = module
+        setattr(self, symbol, guarded(getattr(module, symbol), rules, kata_name, vars(module), module.__file__))
+
+    def __getattr__(self, name):
+        return getattr(self._module, name)

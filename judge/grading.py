@@ -1,0 +1,190 @@
+"""The grader's commands (grader.py is their entry point).
+
+    grader.py [--impl katas|solutions|DIR|FILE] [--kata NAME]... [--device cpu|cuda|auto]
+              [--no-timing] [--json FILE] [--seed N] [--jobs N] [--time-limit S]
+              [--test-timeout S] [--engine auto|fork|process]
+    grader.py stubs [--write]     (maintainers: katas/ generated from solutions/)
+    grader.py table               (the README's kata table, from info.toml)
+    grader.py _serve ...          (internal: a warm fork server, see judge.scheduling)
+
+Exit status: 0 when every graded kata passes, 1 otherwise, 2 when the grader could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+from judge.catalog import Kata, kata_names, kata_table, load_catalog
+from judge.errors import UsageError
+from judge.history import record_check
+from judge.limits import DEFAULT, Limits
+from judge.paths import ROOT
+from judge.reporting import table, write_json
+from judge.scheduling import Job, default_workers, grade_all, serve, time_all
+from judge.stubs import StubError, refresh_stubs
+
+
+class KataArgumentParser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise UsageError(f"{message} (see: python grader.py --help)")
+
+
+def parse_grade_args(argv: list[str], catalog: list[Kata]) -> argparse.Namespace:
+    names = kata_names(catalog)
+    parser = KataArgumentParser(
+        prog="grader.py",
+        description="Grade the katas against PyTorch.",
+        epilog="Other commands: python grader.py stubs [--write] | table",
+    )
+    parser.add_argument(
+        "--impl",
+        default="katas",
+        help="what to grade: a folder of files named like the katas (katas, the default; solutions; any folder), "
+        "or one kata file",
+    )
+    parser.add_argument("--kata", action="append", metavar="NAME", help=f"grade only this kata (repeatable): {', '.join(names)}")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: CPU, and CUDA too when available")
+    parser.add_argument("--no-timing", action="store_true", help="skip timing passing katas against PyTorch")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
+    parser.add_argument("--seed", type=int, help="replay the hidden shapes of an earlier run")
+    parser.add_argument("--jobs", type=int, default=default_workers(), help="katas graded at once")
+    parser.add_argument("--time-limit", type=float, default=DEFAULT.time_limit, help="wall-clock seconds allowed per kata")
+    parser.add_argument("--test-timeout", type=float, default=DEFAULT.test_timeout, help="seconds allowed per test")
+    parser.add_argument(
+        "--engine",
+        choices=("auto", "fork", "process"),
+        default="auto",
+        help="fork: children of a warm process (auto on Linux, ~5x faster); process: a fresh one each",
+    )
+    args = parser.parse_args(argv)
+    unknown = [n for n in args.kata or [] if n not in names]
+    if unknown:
+        raise UsageError(f"unknown kata {unknown[0]!r}; the katas are: {', '.join(names)}")
+    if args.jobs < 1 or args.time_limit <= 0 or args.test_timeout <= 0:
+        raise UsageError("--jobs, --time-limit and --test-timeout must be positive")
+    if args.json and not Path(args.json).resolve().parent.is_dir():
+        raise UsageError(f"--json {args.json}: no such folder for the report")
+    args.impl_dir, args.names = resolve_impl(args.impl, args.kata, names)
+    return args
+
+
+def resolve_impl(impl: str, chosen: list[str] | None, names: list[str]) -> tuple[Path, list[str]]:
+    """(the folder of kata files, the katas to grade) for --impl: a folder, or one file named like a kata."""
+    path = Path(impl) if Path(impl).is_absolute() else Path.cwd() / impl
+    if not path.exists() and (ROOT / impl).exists():
+        path = ROOT / impl
+    if path.is_file():
+        if path.suffix != ".py" or path.stem not in names:
+            raise UsageError(f"--impl {impl}: a single file must be named like a kata (e.g. causal_mask.py)")
+        if chosen and chosen != [path.stem]:
+            raise UsageError(f"--impl {impl} is the {path.stem} kata; --kata asks for {', '.join(chosen)}")
+        return path.parent, [path.stem]
+    if not path.is_dir():
+        raise UsageError(f"--impl {impl}: no such folder or kata file")
+    return path, chosen or names
+
+
+def check_dependencies() -> None:
+    missing = [m for m in ("torch", "pytest") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UsageError(f"{sys.executable} lacks {', '.join(missing)}: run `make setup` or use `make grade`")
+
+
+def cuda_available() -> bool:
+    probe = subprocess.run([sys.executable, "-c", "import sys, torch; sys.exit(not torch.cuda.is_available())"], capture_output=True)
+    return probe.returncode == 0
+
+
+def use_fork(engine: str) -> bool:
+    return engine == "fork" or (engine == "auto" and sys.platform == "linux" and hasattr(os, "fork"))
+
+
+def grade_command(argv: list[str]) -> int:
+    catalog = load_catalog()
+    args = parse_grade_args(argv, catalog)
+    check_dependencies()
+    if args.device == "cuda" and not cuda_available():
+        raise UsageError("--device cuda: torch sees no CUDA device here (try --device cpu)")
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
+    limits = Limits(time_limit=args.time_limit, test_timeout=args.test_timeout)
+    paths = {name: args.impl_dir / f"{name}.py" for name in args.names}
+    fork = use_fork(args.engine)
+    jobs = [Job(name, path) for name, path in paths.items()]
+    results = grade_all(jobs, seed=seed, device=args.device, limits=limits, workers=min(args.jobs, len(jobs)), fork=fork)
+    if not args.no_timing:
+        try:
+            time_all(results, paths, device=args.device, limits=limits, fork=fork)
+        except OSError as error:  # timing is extra: the verdicts stand without it
+            for result in results:
+                if result.status == "pass" and not result.timing:
+                    result.timing = {"error": f"timing failed: {error}"}
+    if args.json:  # first, so a reader gets the verdicts whatever happens to the terminal
+        write_json(args.json, results, seed)
+    try:  # a convenience: it never fails a grade
+        record_check(results, args.impl_dir, seed, source="check" if args.kata else "grade")
+    except OSError as error:
+        print(f"grader.py: note: the practice history was not updated ({error})", file=sys.stderr)
+    shown = os.path.relpath(args.impl_dir, Path.cwd())
+    colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    print(table(results, impl=shown, seed=seed, colour=colour, timing=not args.no_timing))
+    if any(r.internal_error for r in results):
+        return 2
+    return 0 if all(r.status == "pass" for r in results) else 1
+
+
+def stubs_command(argv: list[str]) -> int:
+    parser = KataArgumentParser(
+        prog="grader.py stubs",
+        description="Compare (or --write) katas/ with the stubs generated from solutions/. "
+        "--write never replaces a stub you have edited.",
+    )
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        written, stale = refresh_stubs(kata_names(load_catalog()), write=args.write)
+    except StubError as error:
+        raise UsageError(str(error)) from None
+    for path in written:
+        print(f"wrote {path.relative_to(ROOT)}")
+    for path in stale:
+        print(f"{path.relative_to(ROOT)} differs from the stub generated from solutions/" + (" (edited: left alone)" if args.write else ""))
+    return 1 if stale else 0
+
+
+def table_command(argv: list[str]) -> int:
+    KataArgumentParser(prog="grader.py table", description="Print the README's kata table.").parse_args(argv)
+    print(kata_table(load_catalog()))
+    return 0
+
+
+def serve_command(argv: list[str]) -> int:
+    """(internal) `grader.py _serve`: a warm fork server, see judge.scheduling."""
+    parser = argparse.ArgumentParser(prog="grader.py _serve")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--time-limit", type=float, default=DEFAULT.time_limit)
+    parser.add_argument("--test-timeout", type=float, default=DEFAULT.test_timeout)
+    args = parser.parse_args(argv)
+    serve(args.device, Limits(time_limit=args.time_limit, test_timeout=args.test_timeout), sys.stdin, sys.stdout)
+    return 0
+
+
+COMMANDS = {"stubs": stubs_command, "table": table_command, "_serve": serve_command}
+
+
+def main(argv: list[str]) -> int:
+    try:
+        if argv and argv[0] in COMMANDS:
+            return COMMANDS[argv[0]](argv[1:])
+        return grade_command(argv)
+    except UsageError as error:
+        print(f"grader.py: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("grader.py: interrupted", file=sys.stderr)
+        return 2

@@ -1,0 +1,82 @@
+"""Loading the learner's kata file in the kata process, and torch's global state around it."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import torch
+
+from judge.forbidden import GuardedKata, Rules, refuse_escape_hatches
+
+
+class KataLoadError(Exception):
+    """The file under test could not be imported or lacks the kata's public symbol."""
+
+
+class TorchStateChanged(Exception):
+    """The kata changed torch's global settings and left them so (they are put back first)."""
+
+
+def load_kata(path: Path, symbol: str):
+    """Import the kata file at `path` as a fresh module and return it.
+
+    Raises KataLoadError with a one-line reason when the file is missing, fails to import
+    (syntax error, exception at import time) or does not define `symbol`."""
+    if not path.is_file():
+        raise KataLoadError(f"no file {path}")
+    module_name = f"kata_under_test_{path.stem}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses and pickling look modules up here
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as error:
+        raise KataLoadError(f"{path}, line {error.lineno}: SyntaxError: {error.msg}") from None
+    except BaseException as error:  # noqa: BLE001 - a kata may raise anything at import
+        if isinstance(error, KeyboardInterrupt):
+            raise
+        raise KataLoadError(f"importing {path} raised {type(error).__name__}: {error}") from error
+    if not hasattr(module, symbol):
+        raise KataLoadError(f"{path} defines no `{symbol}`")
+    return module
+
+
+def load_guarded(path: Path, symbol: str, rules: Rules, kata_name: str, baseline: dict) -> GuardedKata:
+    """The kata as tests see it: escape hatches refused, imported, torch's state checked
+    against `baseline` (taken before the import), its public symbol guarded."""
+    refuse_escape_hatches(path, kata_name)
+    module = load_kata(path, symbol)
+    restore_torch_state(baseline, when=f"importing {path.name}")
+    return GuardedKata(module, symbol, rules, kata_name)
+
+
+def torch_state() -> dict:
+    return {
+        "default dtype": torch.get_default_dtype(),
+        "default device": torch.get_default_device(),
+        "grad mode": torch.is_grad_enabled(),
+        "inference mode": torch.is_inference_mode_enabled(),
+        "deterministic algorithms": torch.are_deterministic_algorithms_enabled(),
+        "number of threads": torch.get_num_threads(),
+    }
+
+
+def restore_torch_state(baseline: dict, *, when: str) -> None:
+    """Raise TorchStateChanged if torch's global settings differ from `baseline`, after
+    putting them back, so one kata (or one test) cannot poison the next."""
+    now = torch_state()
+    changed = [name for name in baseline if now[name] != baseline[name]]
+    if not changed:
+        return
+    torch.set_default_dtype(baseline["default dtype"])
+    torch.set_default_device(baseline["default device"])
+    torch.set_grad_enabled(baseline["grad mode"])
+    torch.use_deterministic_algorithms(baseline["deterministic algorithms"])
+    torch.set_num_threads(baseline["number of threads"])
+    name = changed[0]
+    raise TorchStateChanged(
+        f"{when} changed torch's {name} from {baseline[name]} to {now[name]} and left it so; "
+        "restore global settings (e.g. with a context manager) or avoid them"
+    )

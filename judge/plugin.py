@@ -1,0 +1,282 @@
+"""The pytest plugin of the kata process (tests/conftest.py loads it).
+
+Options: --impl (which kata files), --seed (replay the hidden shapes), --device, and for
+the grader --results (the results file it owns), the memory and output limits, and
+--kata-timing (time the kata against its reference instead of running the tests).
+
+It takes torch's global state before the kata is imported and checks it after the import
+and after each test; it decides before the kata loads which tests this machine cannot run
+(CUDA without CUDA) and leaves them out; it loads the kata named by the test module's
+SPEC, guarded by the spec's forbidden-call rules; and it writes one event per step to the
+results file, each failure with its kind, decided here from the exception itself.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import resource
+import zlib
+from pathlib import Path
+
+import pytest
+import torch
+
+from judge.forbidden import ForbiddenCallError
+from judge.loading import KataLoadError, TorchStateChanged, load_guarded, load_kata, restore_torch_state, torch_state
+from judge.protocol import Begin, Collected, ErrorKind, EventWriter, Finish, Outcome, Start, TestReport, Timing
+from judge.testing.checks import MESSAGE_LIMIT, Inconclusive
+
+OUTPUT_LIMIT = 300  # characters of a failed test's captured output kept in the report
+NO_CUDA = "CUDA is not available"
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("katas", "Transformer Katas")
+    group.addoption("--impl", default="katas", help="folder of kata files to test (katas, solutions or any folder), or one kata file")
+    group.addoption("--seed", type=int, default=None, help="replay the hidden shapes of an earlier run")
+    group.addoption("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: CPU, plus CUDA when available")
+    group.addoption("--results", default=None, help="(grader) append one JSON line per event to this file")
+    group.addoption("--memory-limit-mb", type=int, default=0, help="(grader) address-space limit on CPU-only runs")
+    group.addoption("--output-limit-mb", type=int, default=0, help="(grader) limit on bytes written to files")
+    group.addoption("--kata-timing", action="store_true", help="(grader) time the kata against its reference; run no test")
+    group.addoption("--timing-rounds", type=int, default=9, help="(grader) interleaved timing rounds")
+
+
+def apply_limits(config) -> None:
+    """Keep one kata from taking the machine down. The address-space limit applies only
+    without CUDA, whose driver reserves far more virtual memory than it uses."""
+    memory, output = config.getoption("memory_limit_mb"), config.getoption("output_limit_mb")
+    if memory and (config.getoption("device") == "cpu" or not torch.cuda.is_available()):
+        resource.setrlimit(resource.RLIMIT_AS, (memory << 20, memory << 20))
+    if output:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (output << 20, output << 20))
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "kata_cuda: a case that needs CUDA (left out where there is none)")
+    apply_limits(config)
+    config.torch_baseline = torch_state()  # before any kata is imported
+    seed = config.getoption("seed")
+    config.kata_seed = random.SystemRandom().randrange(1_000_000) if seed is None else seed
+    results = config.getoption("results")
+    if results:
+        config.pluginmanager.register(ResultWriter(Path(results), config), "kata-results")
+
+
+def pytest_report_header(config):
+    cuda = "" if cuda_usable(config) or config.getoption("device") == "cpu" else f"; {NO_CUDA}: its cases are left out"
+    return f"kata seed: {config.kata_seed} (replay with --seed {config.kata_seed}); implementation: {impl_root(config)}{cuda}"
+
+
+def impl_root(config) -> Path:
+    impl = Path(config.getoption("impl"))
+    return impl if impl.is_absolute() else Path(config.invocation_params.dir) / impl
+
+
+def impl_path(config, kata: str) -> Path:
+    root = impl_root(config)
+    return root if root.suffix == ".py" else root / f"{kata}.py"
+
+
+def cuda_usable(config) -> bool:
+    return config.getoption("device") != "cpu" and torch.cuda.is_available()
+
+
+def pytest_generate_tests(metafunc):
+    if "device" in metafunc.fixturenames:
+        choice = metafunc.config.getoption("device")
+        devices = [choice] if choice != "auto" else ["cpu", "cuda"]
+        metafunc.parametrize("device", [pytest.param(d, marks=pytest.mark.kata_cuda) if d == "cuda" else d for d in devices])
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Cases this machine cannot run are left out here, before any kata code loads, and
+    reported as unavailable: never as a skip a kata could raise itself."""
+    if cuda_usable(config):
+        return
+    unavailable = [item for item in items if item.get_closest_marker("kata_cuda")]
+    if unavailable:
+        config.kata_unavailable = {item.nodeid: [sentence(item), NO_CUDA] for item in unavailable}
+        items[:] = [item for item in items if item.nodeid not in config.kata_unavailable]
+        config.hook.pytest_deselected(items=unavailable)
+
+
+@pytest.fixture(scope="module")
+def kata(request):
+    """The kata under test, loaded from --impl by the test module's SPEC: escape hatches
+    refused, torch's state checked after the import, its public symbol guarded."""
+    spec = request.module.SPEC
+    path = impl_path(request.config, spec.kata)
+    return load_guarded(path, spec.symbol, spec.forbidden, spec.kata, request.config.torch_baseline)
+
+
+@pytest.fixture(autouse=True)
+def torch_state_is_unchanged(request):
+    """One kata must not poison the next: torch's global settings are as they were."""
+    yield
+    restore_torch_state(request.config.torch_baseline, when="the kata")
+
+
+@pytest.fixture
+def other_device(request) -> str:
+    """A device besides the CPU, to prove results follow the requested device: CUDA when
+    present (and --device allows it), else "meta", which has shapes and devices but no values."""
+    return "cuda" if cuda_usable(request.config) else "meta"
+
+
+@pytest.fixture
+def seed(request) -> int:
+    """Per-test seed, derived from the run's seed and the test's id so --seed replays it."""
+    return zlib.crc32(f"{request.config.kata_seed}:{request.node.nodeid}".encode())
+
+
+@pytest.fixture
+def rng(seed) -> random.Random:
+    return random.Random(seed)
+
+
+@pytest.fixture
+def gen(seed) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# --------------------------------------------------------------------------- failures
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if call.excinfo is not None and call.excinfo.errisinstance(Inconclusive):
+        report.kata_outcome = Outcome.INCONCLUSIVE
+        report.kata_error = (None, None, str(call.excinfo.value.msg))
+    elif report.failed:
+        report.sections.append(("kata seed", f"replay with --seed {item.config.kata_seed}"))
+        if call.excinfo is not None:
+            report.kata_error = describe_error(item, call.excinfo)
+    return report
+
+
+def kata_frames(item, excinfo) -> list[int | None]:
+    """For each entry of the traceback, innermost last: its line if it is in the kata file, else None."""
+    spec = getattr(item.module, "SPEC", None)
+    if spec is None:
+        return []
+    kata_file = impl_path(item.config, spec.kata).resolve()
+    return [entry.lineno + 1 if Path(str(entry.path)).resolve() == kata_file else None for entry in excinfo.traceback]
+
+
+def error_kind(error: BaseException, frames: list[int | None]) -> ErrorKind:
+    """The kind of a failure, from the exception itself and where it was raised."""
+    from_kata = any(line is not None for line in frames)
+    if isinstance(error, KataLoadError):
+        return ErrorKind.LOAD
+    if isinstance(error, ForbiddenCallError):
+        return ErrorKind.FORBIDDEN
+    if isinstance(error, TorchStateChanged):
+        return ErrorKind.STATE
+    if isinstance(error, NotImplementedError) and frames and frames[-1] is not None:  # the kata raised it itself
+        return ErrorKind.NOT_IMPLEMENTED
+    if isinstance(error, AssertionError):
+        return ErrorKind.MISMATCH
+    if isinstance(error, (MemoryError, torch.OutOfMemoryError)) or (
+        isinstance(error, RuntimeError) and "can't allocate memory" in str(error)  # c10's CPU allocator
+    ):
+        return ErrorKind.OUT_OF_MEMORY
+    if isinstance(error, OSError) and error.errno == errno.EFBIG:
+        return ErrorKind.OUTPUT_LIMIT
+    if isinstance(error, TypeError) and not from_kata:
+        return ErrorKind.SIGNATURE
+    return ErrorKind.RAISED
+
+
+def describe_error(item, excinfo) -> tuple[ErrorKind, str, str]:
+    """(kind, exception type, one-paragraph message), pointing into the kata file when it raised there."""
+    error = excinfo.value
+    frames = kata_frames(item, excinfo)
+    lines = [line for line in frames if line is not None]
+    kind = error_kind(error, frames)
+    name = type(error).__name__
+    plain = kind in (ErrorKind.MISMATCH, ErrorKind.LOAD, ErrorKind.FORBIDDEN, ErrorKind.STATE)  # written to be read as is
+    text = str(error) if plain else f"{name}: {error}".rstrip(": ")
+    if lines and not plain:
+        spec = item.module.SPEC
+        text += f" (raised at {impl_path(item.config, spec.kata).name}, line {lines[-1]})"
+    return kind, name, text if len(text) <= MESSAGE_LIMIT else text[:MESSAGE_LIMIT] + " ..."
+
+
+def sentence(item) -> str:
+    """test_output_matches_reference[float32-cpu] -> 'output matches reference [float32-cpu]'."""
+    name = item.originalname.removeprefix("test_").replace("_", " ")
+    params = item.name[len(item.originalname) :]
+    return f"{name} {params}".strip()
+
+
+class ResultWriter:
+    """Writes the events of this run to the results file the grader owns, as they happen."""
+
+    def __init__(self, path: Path, config):
+        self.events = EventWriter(path)
+        self.config = config
+        self.names: dict[str, str] = {}
+        self.outcomes: dict[str, dict] = {}
+        self.events.write(Start(seed=config.kata_seed, pid=os.getpid()))
+
+    def pytest_collection_finish(self, session):
+        self.names = {item.nodeid: sentence(item) for item in session.items}
+        unavailable = getattr(self.config, "kata_unavailable", {})
+        self.events.write(Collected(tests=self.names, unavailable=unavailable))
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        self.events.write(Begin(nodeid=nodeid))
+
+    def pytest_runtest_logreport(self, report):
+        outcome = self.outcomes.setdefault(report.nodeid, {"outcome": Outcome.PASSED})
+        if outcome["outcome"] != Outcome.PASSED:
+            return  # the first thing that went wrong is what the learner needs
+        if getattr(report, "kata_outcome", None) == Outcome.INCONCLUSIVE:
+            outcome.update(outcome=Outcome.INCONCLUSIVE, message=report.kata_error[2])
+        elif report.failed:
+            kind, error, message = getattr(report, "kata_error", (ErrorKind.RAISED, "Error", report.longreprtext[-MESSAGE_LIMIT:]))
+            outcome.update(outcome=Outcome.FAILED, kind=kind, error=error, message=message)
+            printed = report.capstdout + report.capstderr
+            if printed:  # what the kata printed, truncated: enough to debug, never a flood
+                outcome["output"] = printed[:OUTPUT_LIMIT] + (" ..." if len(printed) > OUTPUT_LIMIT else "")
+        elif report.skipped:
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            outcome.update(outcome=Outcome.SKIPPED, message=reason.removeprefix("Skipped: "))
+
+    def pytest_runtest_logfinish(self, nodeid, location):
+        outcome = self.outcomes.get(nodeid, {"outcome": Outcome.FAILED, "message": "no report"})
+        self.events.write(TestReport(nodeid=nodeid, name=self.names.get(nodeid, nodeid), **outcome))
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        self.events.write(Finish(exitstatus=int(exitstatus)))
+        self.events.close()
+
+
+# --------------------------------------------------------------------------- timing mode
+
+
+def pytest_runtestloop(session):
+    """--kata-timing: time the kata of the collected test module against its reference
+    (the spec's benchmark), in this process, and write a Timing event; run no test."""
+    config = session.config
+    if not config.getoption("kata_timing"):
+        return None
+    from judge.timing import measure
+
+    spec = session.items[0].module.SPEC if session.items else None
+    results = config.getoption("results")
+    if spec is None or spec.benchmark is None or not results:
+        raise pytest.UsageError("--kata-timing needs --results and one kata's test module with a benchmark")
+    module = load_kata(impl_path(config, spec.kata), spec.symbol)
+    restore_torch_state(config.torch_baseline, when=f"importing {spec.kata}")
+    choice = config.getoption("device")
+    devices = ["cuda"] if choice == "cuda" else ["cpu"] + (["cuda"] if choice == "auto" and cuda_usable(config) else [])
+    timing = measure(spec.benchmark, module, devices, rounds=config.getoption("timing_rounds"))
+    writer = EventWriter(Path(results))
+    writer.write(Timing(timing=timing))
+    writer.close()
+    return True

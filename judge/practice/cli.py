@@ -1,0 +1,157 @@
+"""The practice commands' command line (practice.py is its entry point).
+
+    python practice.py watch    [--kata NAME] [--seed N] [--device cpu|cuda|auto] [--no-timing] [--engine E]
+    python practice.py hint     --kata NAME
+    python practice.py reset    --kata NAME
+    python practice.py diff     --kata NAME
+    python practice.py mock     [--n 3] [--minutes M] [--seed N] [--no-timing] [--engine E]
+    python practice.py progress
+
+Empty option values count as not given, so the Makefile can pass `--kata "$(KATA)"`
+whether KATA is set or not. Exit status: 0 on success (a mock that ran to its report is a
+success, whatever its verdicts), 1 when `diff` finds that the kata does not pass, 2 on
+bad input (one line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+from judge.errors import UsageError
+from judge.places import Places
+from judge.practice.diff import diff_command
+from judge.practice.hint import hint_command
+from judge.practice.mock import mock_command
+from judge.practice.progress import progress_command
+from judge.practice.reset import reset_command
+from judge.practice.watch import POLL_SECONDS, watch_command
+
+
+class PracticeArgumentParser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise UsageError(f"{message} (see: python practice.py --help)")
+
+
+def optional_int(what: str, minimum: int):
+    def parse(text: str) -> int | None:
+        if text.strip() == "":
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{what} must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def optional_minutes(text: str) -> float | None:
+    if text.strip() == "":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"MINUTES must be a number of minutes, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"MINUTES must be more than 0, got {text!r}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--interval must be a number of seconds, got {text!r}") from None
+    if not 0 < value < 60:
+        raise argparse.ArgumentTypeError(f"--interval must be between 0 and 60 seconds, got {text!r}")
+    return value
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = PracticeArgumentParser(
+        prog="practice.py",
+        description="The practice loop: watch, hint, reset, diff, mock, progress.",
+        epilog="Learner state: .katas/ (or $KATAS_STATE); kata files: katas/ (or $KATAS_DIR).",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=PracticeArgumentParser)
+    commands.required = True
+
+    def kata_option(sub, required_text: str):
+        sub.add_argument("--kata", default="", metavar="NAME", help=required_text)
+
+    def engine_options(sub):
+        sub.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu", help="where the tests run")
+        sub.add_argument(
+            "--engine",
+            choices=("auto", "fork", "process"),
+            default="auto",
+            help="fork: grade in forked children of one warm process (default on Linux); "
+            "process: a fresh process per grade",
+        )
+        sub.add_argument("--no-timing", action="store_true", help="skip the time vs PyTorch of passing katas")
+        sub.add_argument("--interval", type=positive_seconds, default=POLL_SECONDS, help="seconds between polls")
+
+    watch = commands.add_parser("watch", help="re-grade each kata you save")
+    kata_option(watch, "watch only this kata (default: all of them)")
+    watch.add_argument("--seed", type=optional_int("SEED", 0), default=None)
+    engine_options(watch)
+
+    for name, text in (
+        ("hint", "show one more hint"),
+        ("reset", "keep your attempt, restore the stub"),
+        ("diff", "your file against the reference, then grade it"),
+    ):
+        sub = commands.add_parser(name, help=text)
+        kata_option(sub, "the kata (required)")
+        if name == "diff":
+            sub.add_argument("--seed", type=optional_int("SEED", 0), default=None)
+            sub.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu")
+
+    mock = commands.add_parser("mock", help="a timed mock interview")
+    mock.add_argument("--n", type=optional_int("N", 1), default=None, help="how many katas (default 3)")
+    mock.add_argument(
+        "--minutes",
+        type=optional_minutes,
+        default=None,
+        help="time allowed in all (default: the katas' suggested minutes added up)",
+    )
+    mock.add_argument("--seed", type=optional_int("SEED", 0), default=None, help="repeat a mock's choice of katas")
+    engine_options(mock)
+
+    commands.add_parser("progress", help="best score, attempts, mock times and trend per kata")
+    args = parser.parse_args(argv)
+    if args.command == "mock" and args.n is None:
+        args.n = 3
+    return args
+
+
+COMMANDS = {
+    "watch": watch_command,
+    "hint": hint_command,
+    "reset": reset_command,
+    "diff": diff_command,
+    "mock": mock_command,
+    "progress": progress_command,
+}
+
+
+def main(argv: list[str]) -> int:
+    try:
+        args = parse_args(argv)
+        return COMMANDS[args.command](args, Places.default())
+    except UsageError as error:
+        print(f"practice.py: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\nStopped. Bye!", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

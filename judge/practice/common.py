@@ -1,0 +1,84 @@
+"""What the practice commands share: finding a kata, clocks and stamps, showing a verdict."""
+
+from __future__ import annotations
+
+from datetime import datetime
+import os
+from pathlib import Path
+from typing import TextIO
+
+from judge.catalog import Kata
+from judge.errors import UsageError
+from judge.protocol import KataResult
+from judge.reporting import paint
+
+
+def stamp(moment: float) -> str:
+    return datetime.fromtimestamp(moment).strftime("%Y%m%d-%H%M%S")
+
+
+def fresh_path(folder: Path, stem: str, suffix: str = "") -> Path:
+    """folder/stem+suffix, or folder/stem-2+suffix... when taken."""
+    candidate, number = folder / f"{stem}{suffix}", 1
+    while candidate.exists():
+        number += 1
+        candidate = folder / f"{stem}-{number}{suffix}"
+    return candidate
+
+
+def clock(seconds: float | None) -> str:
+    """12:05 (minutes:seconds), or 1:02:05 past an hour; '-' for None."""
+    if seconds is None:
+        return "-"
+    seconds = max(0, round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+
+def find_kata(catalog: list[Kata], name: str | None, *, example: str) -> Kata:
+    names = [k.name for k in catalog]
+    if not name:
+        raise UsageError(f"name the kata, e.g. {example} (the katas: {', '.join(names)})")
+    for kata in catalog:
+        if kata.name == name:
+            return kata
+    raise UsageError(f"unknown kata {name!r}; the katas are: {', '.join(names)}")
+
+
+
+def colour_enabled(out: TextIO) -> bool:
+    return hasattr(out, "isatty") and out.isatty() and not os.environ.get("NO_COLOR")
+
+
+def first_failure(result: KataResult, width: int = 600) -> str:
+    """The first failing check's message for a fail; the verdict's own message otherwise."""
+    if result.status == "fail" and result.failures:
+        first = result.failures[0]
+        text = f"{first['name']}: {first.get('message', '')}"
+    else:
+        text = result.message
+    lines = text.strip().splitlines()
+    text = "\n".join(lines[:6]) + ("\n..." if len(lines) > 6 else "")
+    return text if len(text) <= width else text[:width] + " ..."
+
+
+def verdict_block(result: KataResult, *, label: str, seed: int, colour: bool, latency: float | None) -> list[str]:
+    status = paint(result.status, result.status, colour)
+    head = f"{label}: {status}  {result.passed}/{result.total} tests"
+    if latency is not None:
+        head += f"  (verdict {latency:.1f} s after the save)"
+    lines = [head]
+    indent = "    "
+    if result.status != "pass":
+        kind = "first failing check" if result.status == "fail" else "why"
+        lines.append(f"{indent}{kind}: " + first_failure(result).replace("\n", "\n" + indent + "  "))
+        if result.failures and result.failures[0].get("output"):
+            lines.append(f"{indent}it printed: {result.failures[0]['output']!r}")
+        if result.status == "fail":
+            lines.append(f"{indent}(hidden shapes from seed {seed}: the same until you restart)")
+    return lines
+
+
+# --------------------------------------------------------------------------- watch
+

@@ -1,0 +1,105 @@
+"""`make progress`: per kata the best score, attempts, hints, fastest mock solve and trend."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import TextIO
+
+from judge.catalog import Kata, load_catalog
+from judge.history import history_of
+from judge.places import Places, read_json, shown
+from judge.practice.common import clock
+
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def hints_used(places: Places) -> dict[str, int]:
+    return {k: int(v) for k, v in read_json(places.hints, {}).items()}
+
+
+# --------------------------------------------------------------------------- reset and diff
+
+
+def sparkline(scores: list[float]) -> str:
+    return "".join(SPARKS[min(len(SPARKS) - 1, int(score * (len(SPARKS) - 1) + 0.5))] for score in scores)
+
+
+def progress_rows(records: list[dict], catalog: list[Kata], hints: dict[str, int]) -> list[dict]:
+    rows = []
+    for kata in catalog:
+        grades = [r for r in records if r.get("event") == "grade" and r.get("kata") == kata.name]
+        solves = [
+            k.get("solve_s")
+            for r in records
+            if r.get("event") == "mock"
+            for k in r.get("katas", [])
+            if k.get("kata") == kata.name and k.get("solve_s") is not None
+        ]
+        scores = [float(r.get("score", 0)) for r in grades]
+        versions = {r.get("sha") or f"#{i}" for i, r in enumerate(grades)}
+        rows.append(
+            {
+                "kata": kata.name,
+                "best": max(scores) if scores else None,
+                "attempts": len(versions),
+                "last": grades[-1]["status"] if grades else None,
+                "fastest_mock_s": min(solves) if solves else None,
+                "trend": scores[-12:],
+                "hints": hints.get(kata.name, 0),
+                "hints_total": len(kata.hints),
+            }
+        )
+    return rows
+
+
+def progress_text(records: list[dict], catalog: list[Kata], hints: dict[str, int], history_path: Path) -> str:
+    if not records:
+        return (
+            f"No history yet ({shown(history_path)}). Grades from make watch, make check, make diff and "
+            "make mock are recorded there."
+        )
+    rows = progress_rows(records, catalog, hints)
+    width = max(len(r["kata"]) for r in rows)
+    lines = [
+        f"Progress from {shown(history_path)} ({len(records)} records)",
+        "",
+        f"{'kata':<{width}}  {'best':>5}  {'attempts':>8}  {'last':<9} {'hints':>5}  {'fastest mock':>12}  trend",
+    ]
+    for r in rows:
+        best = "-" if r["best"] is None else f"{r['best']:.0%}"
+        trend = sparkline(r["trend"])
+        if len(r["trend"]) >= 2:
+            trend += "  " + ("↑" if r["trend"][-1] > r["trend"][0] else "↓" if r["trend"][-1] < r["trend"][0] else "→")
+        lines.append(
+            f"{r['kata']:<{width}}  {best:>5}  {r['attempts']:>8}  {r['last'] or '-':<9} "
+            f"{r['hints']:>2}/{r['hints_total']:<2}  {clock(r['fastest_mock_s']):>12}  {trend}".rstrip()
+        )
+    mocks = [r for r in records if r.get("event") == "mock"]
+    lines.append("")
+    if mocks:
+        last = mocks[-1]
+        when = datetime.fromtimestamp(last.get("ts", 0)).strftime("%Y-%m-%d %H:%M")
+        scores = " ".join(f"{m.get('score', 0):.0f}" for m in mocks[-8:])
+        lines.append(
+            f"Mock interviews: {len(mocks)}; last {when}: {last.get('passed', 0)} of {len(last.get('katas', []))} pass, "
+            f"score {last.get('score', 0):.0f}. Scores, oldest first: {scores}"
+        )
+    else:
+        lines.append("No mock interview yet: make mock")
+    lines.append(
+        "best: the highest score graded; attempts: versions of the file graded; trend: recent scores, oldest first."
+    )
+    return "\n".join(lines)
+
+
+def progress_command(args: argparse.Namespace, places: Places, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    catalog = load_catalog()
+    print(progress_text(history_of(places).read(), catalog, hints_used(places), places.history_file), file=out)
+    return 0
+
+
+# --------------------------------------------------------------------------- command line

@@ -1,0 +1,169 @@
+"""`make watch`: re-grade each kata file whose content changed, within a second of the save."""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TextIO
+
+from judge.catalog import load_catalog
+from judge.engines import ProcessEngine, make_engine
+from judge.errors import UsageError
+from judge.history import History, grade_record, history_of
+from judge.places import Places, fingerprint, shown
+from judge.practice.common import colour_enabled, find_kata, verdict_block
+from judge.protocol import KataResult
+from judge.timing import format_timing
+
+POLL_SECONDS = 0.3
+SETTLE_SECONDS = 0.03  # a file still changing this long after a change is graded at the next poll
+
+
+@dataclass
+class Seen:
+    mtime_ns: int
+    size: int
+    sha: str
+
+
+def look(path: Path) -> Seen | None:
+    try:
+        stat = path.stat()
+        return Seen(stat.st_mtime_ns, stat.st_size, fingerprint(path.read_bytes()))
+    except OSError:
+        return None
+
+
+class Watcher:
+    """Re-grades the kata files whose content changed since they were last seen.
+
+    poll() is one polling iteration (tests drive it directly); run() loops over it.
+    """
+
+    def __init__(
+        self,
+        engine: ProcessEngine,
+        folder: Path,
+        names: list[str],
+        *,
+        seed: int,
+        history: History,
+        out: TextIO | None = None,
+        now: Callable[[], float] = time.time,
+        source: str = "watch",
+        timing: bool = True,
+        extra: dict | None = None,
+    ):
+        self.engine, self.folder, self.names = engine, folder, list(names)
+        self.seed, self.history, self.out, self.now = seed, history, out or sys.stdout, now
+        self.source, self.timing, self.extra = source, timing, extra or {}
+        self.seen: dict[str, Seen | None] = {name: look(self.path(name)) for name in self.names}
+        self.colour = colour_enabled(self.out)
+        self.before_output: Callable[[], None] = lambda: None  # mock: clears its countdown line
+        self.on_verdict: Callable[[KataResult], None] = lambda result: None  # mock: notes first passes
+        self.latencies: list[float] = []
+        self.fallback_said = False
+
+    def path(self, name: str) -> Path:
+        return self.folder / f"{name}.py"
+
+    def changed(self) -> list[str]:
+        """Katas whose content differs from what was last seen (and has settled)."""
+        names = []
+        for name in self.names:
+            now = look(self.path(name))
+            before = self.seen.get(name)
+            if now is None:
+                if before is not None:
+                    self.seen[name] = None
+                    self.say(f"{shown(self.path(name))} was removed (make reset KATA={name} brings the stub back)")
+                continue
+            if before is not None and now.sha == before.sha:
+                self.seen[name] = now  # touched, or saved unchanged: nothing to grade
+                continue
+            time.sleep(SETTLE_SECONDS)
+            if look(self.path(name)) != now:  # still being written: next poll
+                continue
+            names.append(name)
+        return names
+
+    def poll(self) -> list[KataResult]:
+        return [self.grade(name, after_save=True) for name in self.changed()]
+
+    def grade(self, name: str, *, after_save: bool = False) -> KataResult:
+        path = self.path(name)
+        seen = look(path)
+        self.seen[name] = seen
+        result = self.engine.grade(name, path, self.seed)
+        fallback = getattr(self.engine, "fallback_reason", "")
+        if fallback and not self.fallback_said:
+            self.fallback_said = True
+            self.say(f"note: {fallback}")
+        latency = None
+        if after_save and seen is not None and self.now is time.time:  # seconds from the save to the verdict
+            latency = max(0.0, time.time() - seen.mtime_ns / 1e9)
+            self.latencies.append(latency)
+        stamp_text = datetime.fromtimestamp(self.now()).strftime("%H:%M:%S")
+        self.say(
+            *verdict_block(result, label=f"[{stamp_text}] {name}", seed=self.seed, colour=self.colour, latency=latency)
+        )
+        self.history.append(
+            grade_record(
+                result, source=self.source, seed=self.seed, sha=seen.sha if seen else None, now=self.now(), **self.extra
+            )
+        )
+        self.on_verdict(result)  # before timing: the verdict is what counts
+        if result.status == "pass" and self.timing:
+            self.engine.time(result, path)
+            self.say(f"    time vs PyTorch: {format_timing(result.timing) or 'not measured'}")
+        return result
+
+    def say(self, *lines: str) -> None:
+        self.before_output()
+        print("\n".join(lines), file=self.out, flush=True)
+
+    def run(self, *, interval: float = POLL_SECONDS, sleep: Callable[[float], None] = time.sleep) -> None:
+        while True:
+            self.poll()
+            sleep(interval)
+
+
+def watch_command(args: argparse.Namespace, places: Places) -> int:
+    catalog = load_catalog()
+    names = [find_kata(catalog, args.kata, example="").name] if args.kata else [k.name for k in catalog]
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
+    if not places.katas.is_dir():
+        raise UsageError(f"{places.katas}: no such folder of katas")
+    engine = make_engine(args.engine, device=args.device)
+    what = names[0] if args.kata else f"{len(names)} katas"
+    print(f"Loading torch and pytest once ({engine.kind} engine)...", flush=True)
+    started = time.perf_counter()
+    engine.prepare()
+    watcher = Watcher(engine, places.katas, names, seed=seed, history=history_of(places), timing=not args.no_timing)
+    try:
+        print(
+            f"Watching {what} in {shown(places.katas)}/ (seed {seed}; ready in {time.perf_counter() - started:.1f} s). "
+            "Save a file to grade it; make hint KATA=name when stuck; Ctrl-C stops.",
+            flush=True,
+        )
+        if args.kata and watcher.path(names[0]).exists():
+            watcher.grade(names[0])
+        watcher.run(interval=args.interval)
+    except KeyboardInterrupt:
+        pass
+    if watcher.latencies:
+        typical = sorted(watcher.latencies)[len(watcher.latencies) // 2]
+        print(f"\nStopped watching: {len(watcher.latencies)} grades, median {typical:.1f} s from save to verdict. Bye!")
+    else:
+        print("\nStopped watching. Bye!")
+    return 0
+
+
+# --------------------------------------------------------------------------- hints (and mock plans: hints
+# asked for during a mock interview count for the mock)

@@ -1,0 +1,78 @@
+"""What the grader shows: the table, the JSON report, colours."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from judge.protocol import KataResult, Status
+from judge.timing import format_timing
+
+COLOURS = {
+    Status.PASS: "32",
+    Status.FAIL: "31",
+    Status.TODO: "33",
+    Status.ERROR: "35",
+    Status.TIMEOUT: "35",
+    Status.CRASH: "35",
+    Status.FORBIDDEN: "31",
+}
+
+
+def paint(text: str, status: Status, enabled: bool) -> str:
+    return f"\033[{COLOURS[Status(status)]}m{text}\033[0m" if enabled else text
+
+
+def total_score(results: list[KataResult]) -> float:
+    return 100.0 * sum(r.score for r in results) / len(results) if results else 0.0
+
+
+def unjudged_lines(results: list[KataResult]) -> list[str]:
+    """What this machine could not judge, one line per reason: never counted as passed."""
+    by_reason: dict[str, dict[str, int]] = {}
+    for r in results:
+        for test in r.unjudged:
+            katas = by_reason.setdefault(test["reason"], {})
+            katas[r.name] = katas.get(r.name, 0) + 1
+    lines = []
+    for reason, katas in by_reason.items():
+        count = sum(katas.values())
+        where = ", ".join(f"{name} ({n})" for name, n in katas.items()) if len(katas) <= 3 else f"{len(katas)} katas"
+        lines.append(f"Not judged here, never counted: {count} case{'s' * (count != 1)} in {where}: {reason}.")
+    return lines
+
+
+def table(results: list[KataResult], *, impl: str, seed: int, colour: bool, timing: bool) -> str:
+    width = max([len(r.name) for r in results] + [4])
+    lines = [f"Grading {impl} (seed {seed})", ""]
+    lines.append(
+        f"{'kata':<{width}}  {'status':<9} {'score':>5}  {'tests':>7}  " + ("time vs PyTorch (kata / reference)" if timing else "")
+    )
+    for r in results:
+        status = paint(f"{r.status:<9}", r.status, colour)
+        lines.append(f"{r.name:<{width}}  {status} {r.score:>5.0%}  {r.passed:>3}/{r.total:<3}  {format_timing(r.timing)}".rstrip())
+    lines.append("")
+    for r in results:
+        if r.status not in (Status.PASS, Status.TODO):
+            lines.append(f"{r.name}: {r.status}: {r.message}")
+            if r.failures and r.failures[0].get("output"):
+                lines.append(f"    it printed: {r.failures[0]['output']!r}")
+            if r.status == Status.FAIL:  # other statuses have one cause that explains every failed test
+                for failure in r.failures[1:3]:
+                    lines.append(f"    also: {failure['name']}: {failure.get('message', '')}".replace("\n", "\n    "))
+                if len(r.failures) > 3:
+                    lines.append(f"    ... and {len(r.failures) - 3} more")
+    lines += unjudged_lines(results)
+    passing = sum(r.status == Status.PASS for r in results)
+    lines.append(f"Score: {total_score(results):.1f} / 100   ({passing} of {len(results)} katas pass)")
+    if passing < len(results):
+        lines.append(f"Replay these exact hidden shapes with --seed {seed}.")
+    return "\n".join(lines)
+
+
+def write_json(path: str | Path, results: list[KataResult], seed: int) -> None:
+    data = {"score": round(total_score(results), 2), "seed": seed, "katas": [r.to_json() for r in results]}
+    target = Path(path)
+    temporary = target.with_name(target.name + ".tmp")
+    temporary.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    temporary.replace(target)  # atomic: a reader never sees half a file

@@ -1,0 +1,168 @@
+"""Grading many katas: several workers, each feeding a warm fork server.
+
+A fork server is `grader.py _serve`: a process that imports torch once and grades (or
+times) each job it reads on stdin in a forked child (engines.ForkEngine), answering one
+JSON line per job. A worker whose server dies, or stops answering, grades the rest of its
+jobs in fresh processes (engines.ProcessEngine), as `--engine process` does throughout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from judge.engines import ForkEngine, ProcessEngine, kata_env
+from judge.limits import Limits
+from judge.paths import ROOT
+from judge.protocol import KataResult, Status
+
+
+def default_workers() -> int:
+    """Katas graded at once: one per core."""
+    return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    path: Path
+
+
+class ServerGone(Exception):
+    """The fork server died or stopped answering."""
+
+
+class Server:
+    """The grader's end of one fork server."""
+
+    def __init__(self, *, device: str, limits: Limits, threads: int | None):
+        self.limits = limits
+        command = [sys.executable, str(ROOT / "grader.py"), "_serve", "--device", device]
+        command += ["--time-limit", str(limits.time_limit), "--test-timeout", str(limits.test_timeout)]
+        self.process = subprocess.Popen(
+            command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            env=kata_env(threads),
+        )
+        self.buffer = b""
+
+    def ask(self, request: dict, timeout: float) -> dict:
+        try:
+            self.process.stdin.write((json.dumps(request) + "\n").encode())
+            self.process.stdin.flush()
+        except OSError as error:
+            raise ServerGone(str(error)) from None
+        return json.loads(self._line(timeout))
+
+    def _line(self, timeout: float) -> bytes:
+        """One line from the server within `timeout` s (its own limits end each job sooner)."""
+        deadline = time.monotonic() + timeout
+        fd = self.process.stdout.fileno()
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise ServerGone("no answer in time")
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise ServerGone("it exited")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line
+
+    def grade(self, job: Job, seed: int) -> KataResult:
+        answer = self.ask({"op": "grade", "name": job.name, "path": str(job.path), "seed": seed}, self.limits.time_limit + 30)
+        return KataResult.from_json(answer)
+
+    def time(self, result: KataResult, path: Path) -> None:
+        answer = self.ask({"op": "time", "name": result.name, "path": str(path)}, self.limits.timing_limit() + 30)
+        result.timing = answer["timing"]
+
+    def close(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+def serve(device: str, limits: Limits, requests, answers) -> None:
+    """The server's loop (`grader.py _serve`): one JSON request a line in, one answer out."""
+    engine = ForkEngine(device=device, limits=limits)
+    engine.prepare()
+    for line in requests:
+        request = json.loads(line)
+        if request["op"] == "grade":
+            answer = engine.grade(request["name"], Path(request["path"]), request["seed"]).to_json(internal=True)
+        else:
+            result = KataResult(request["name"], Status.PASS, 1.0, 0, 0, "")
+            engine.time(result, Path(request["path"]))
+            answer = {"timing": result.timing}
+        answers.write(json.dumps(answer) + "\n")
+        answers.flush()
+
+
+def grade_all(jobs: list[Job], *, seed: int, device: str, limits: Limits, workers: int, fork: bool) -> list[KataResult]:
+    """Grade the jobs, `workers` at a time, results in the jobs' order."""
+    threads = 1 if workers > 1 else None  # parallel processes: one thread each, no oversubscription
+    pending = list(enumerate(jobs))
+    results: dict[int, KataResult] = {}
+    lock = threading.Lock()
+
+    def next_job():
+        with lock:
+            return pending.pop(0) if pending else None
+
+    def work() -> None:
+        server = _start(device, limits, threads) if fork else None
+        fresh = ProcessEngine(device=device, limits=limits, threads=threads)
+        try:
+            while (item := next_job()) is not None:
+                index, job = item
+                if server is not None:
+                    try:
+                        results[index] = server.grade(job, seed)
+                        continue
+                    except (ServerGone, ValueError, KeyError, TypeError):
+                        server.close()
+                        server = None
+                results[index] = fresh.grade(job.name, job.path, seed)
+        finally:
+            if server is not None:
+                server.close()
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        for future in [pool.submit(work) for _ in range(max(1, workers))]:
+            future.result()
+    return [results[index] for index in range(len(jobs))]
+
+
+def time_all(results: list[KataResult], paths: dict[str, Path], *, device: str, limits: Limits, fork: bool) -> None:
+    """Time each passing kata against its reference, one at a time, each in a process of its own."""
+    server = _start(device, limits, None) if fork else None
+    fresh = ProcessEngine(device=device, limits=limits)
+    try:
+        for result in results:
+            if result.status != Status.PASS:
+                continue
+            if server is not None:
+                try:
+                    server.time(result, paths[result.name])
+                    continue
+                except (ServerGone, ValueError, KeyError, TypeError):
+                    server.close()
+                    server = None
+            fresh.time(result, paths[result.name])
+    finally:
+        if server is not None:
+            server.close()
+
+
+def _start(device: str, limits: Limits, threads: int | None) -> Server | None:
+    try:
+        return Server(device=device, limits=limits, threads=threads)
+    except OSError:
+        return None

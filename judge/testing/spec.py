@@ -1,0 +1,119 @@
+"""What a kata is judged by, declared once per kata: its KataSpec.
+
+A kata's test module declares `SPEC = KataSpec(...)`: the public symbol the tests call,
+the forbidden-call rules, the tolerances per dtype, the case table and the benchmark. The
+kata process reads it to load and guard the kata, the timing mode to time it.
+
+A CaseTable holds named edge cases, which run every time (size 1, odd sizes, the sizes
+where a known slip shows), and a seeded draw of random hidden cases: random draws alone
+miss slips that show only at some sizes.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+from judge.forbidden import NONE, Rules
+from judge.testing import checks
+from judge.testing.tolerances import SINGLE_OP
+
+def dtypes(*choices: torch.dtype):
+    """Parametrize a test over dtypes, with readable ids: [float32], [bfloat16]."""
+    return pytest.mark.parametrize("dtype", choices, ids=lambda d: str(d).removeprefix("torch."))
+
+
+@dataclass(frozen=True)
+class Case(Mapping):
+    """One case of a table: its sizes (read as case["E"]) and a short description."""
+
+    desc: str
+    sizes: dict
+    edge: bool = False
+
+    def __getitem__(self, key):
+        return self.sizes[key]
+
+    def __iter__(self) -> Iterator:
+        return iter(self.sizes)
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def __or__(self, other: Mapping) -> Case:
+        return Case(self.desc, {**self.sizes, **other}, self.edge)
+
+    def __str__(self) -> str:
+        shown = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
+        return f"{'edge case' if self.edge else 'hidden case'} '{self.desc}' ({shown})"
+
+    def judged(self):
+        """Context manager: a failing check inside names this case first."""
+        return _Judged(self)
+
+
+class _Judged:
+    def __init__(self, case: Case):
+        self.case = case
+
+    def __enter__(self):
+        return self.case
+
+    def __exit__(self, kind, error, traceback):
+        if isinstance(error, AssertionError) and not getattr(error, "case_named", False):
+            named = AssertionError(f"{self.case}: {error}")
+            named.case_named = True
+            raise named.with_traceback(traceback) from None
+        return False
+
+
+def edge(desc: str, **sizes) -> Case:
+    return Case(desc, sizes, edge=True)
+
+
+@dataclass(frozen=True)
+class CaseTable:
+    """Named edge cases plus `draws` random cases from `draw(rng, count) -> [sizes]`."""
+
+    draw: Callable[[random.Random, int], list[dict]]
+    edges: tuple[Case, ...] = ()
+    draws: int = 3
+
+    def random(self, rng: random.Random, count: int | None = None) -> list[Case]:
+        count = self.draws if count is None else count
+        return [Case(f"random draw {n + 1}", sizes) for n, sizes in enumerate(self.draw(rng, count))]
+
+    def cases(self, rng: random.Random, count: int | None = None) -> list[Case]:
+        """Every edge case, then the random draws: what a main comparison runs through."""
+        return [*self.edges, *self.random(rng, count)]
+
+
+@dataclass(frozen=True)
+class KataSpec:
+    """What a kata is judged by.
+
+    kata: its name (info.toml, katas/NAME.py). symbol: the function or class the tests call.
+    forbidden: the calls it may not make while its code runs. tolerances: dtype -> {rtol,
+    atol} for its results (tight: what an honest implementation in that dtype reaches).
+    cases: its case table. reference: how the expected result is computed, in words (the
+    README and failure messages quote it). benchmark(kata, device) -> (kata call, reference
+    call) at a realistic size, for the grader's timing."""
+
+    kata: str
+    symbol: str
+    reference: str
+    forbidden: Rules = NONE
+    tolerances: Mapping = field(default_factory=lambda: SINGLE_OP)
+    cases: CaseTable | None = None
+    benchmark: Callable | None = None
+
+    def tolerance(self, dtype: torch.dtype) -> dict:
+        return self.tolerances[dtype]
+
+    def assert_close(self, actual, expected: torch.Tensor, *, call: str, what: str = "result", tolerance=None) -> None:
+        """checks.assert_close with this kata's tolerance for the expected result's dtype."""
+        checks.assert_close(actual, expected, call=call, what=what, tolerance=tolerance or self.tolerance(expected.dtype))

@@ -1,0 +1,64 @@
+"""Timing a passing kata next to its PyTorch reference.
+
+In the kata process (judge.plugin's timing mode), `measure` runs the spec's benchmark:
+the kata and the reference on the same inputs, in interleaved rounds of
+torch.utils.benchmark's blocked_autorange, the ratio taken within each round (this
+machine's slow spells last longer than a round, so they hit both halves of a pair alike);
+it reports the median per-round ratio. On the grader's side, `time_results` times each
+passing kata in a process of its own, one at a time, so no kata's global changes reach
+another's figures and no two timings compete for the cores.
+"""
+
+from __future__ import annotations
+
+MIN_RUN_TIME = 0.02  # seconds per blocked_autorange measurement
+
+
+def _middle(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
+def measure(benchmark, kata_module, devices: list[str], *, rounds: int) -> dict:
+    """{device: {median_s, reference_median_s, ratio, threads}} for the kata against its reference."""
+    import torch
+    from torch.utils import benchmark as torch_benchmark
+
+    threads = torch.get_num_threads()
+
+    def median(fn) -> float:
+        timer = torch_benchmark.Timer("fn()", globals={"fn": fn}, num_threads=threads)
+        return timer.blocked_autorange(min_run_time=MIN_RUN_TIME).median
+
+    timing = {}
+    for device in devices:
+        kata_fn, reference_fn = benchmark(kata_module, device)
+        with torch.no_grad():
+            kata_fn(), reference_fn()  # warm-up: lazy initialisation and caches
+            if device == "cuda":
+                torch.cuda.synchronize()
+            pairs = [(median(kata_fn), median(reference_fn)) for _ in range(rounds)]
+        timing[device] = {
+            "median_s": _middle([k for k, _ in pairs]),
+            "reference_median_s": _middle([r for _, r in pairs]),
+            "ratio": _middle([k / r for k, r in pairs]),
+            "threads": threads if device == "cpu" else None,
+        }
+    return timing
+
+
+def format_seconds(seconds: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds * 1e9:.3g} ns"
+
+
+def format_timing(timing: dict) -> str:
+    if not timing:
+        return ""
+    if "error" in timing:
+        return timing["error"]
+    return "; ".join(
+        f"{device} {t['ratio']:.2f}x ({format_seconds(t['median_s'])} vs {format_seconds(t['reference_median_s'])})"
+        for device, t in timing.items()
+    )
