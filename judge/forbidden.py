@@ -194,7 +194,7 @@ class _FunctionNet(TorchFunctionMode):
         if name in rules.functions:
             guard.trip(f"F.{name}")
         if rules.kernels and any(k in str(func) for k in rules.kernels):
-            guard.trip(str(func))
+            guard.trip(f"torch.{name}" if getattr(func, "__name__", "") else str(func))
         if guard.codes:
             guard.check_stack(sys._getframe(1))
         result = func(*args, **(kwargs or {}))
@@ -231,7 +231,8 @@ class Guard:
         self.codes = {_function_of(_raw(owner, attr)).__code__: shown for owner, attr, shown in rules.code if _raw(owner, attr)}
 
     def message(self, name: str) -> str:
-        return f"{self.kata_name} calls {name}{self.where()}, which is not allowed: {self.rules.why}"
+        action = name if name.startswith("records ") else f"calls {name}"
+        return f"{self.kata_name} {action}{self.where()}, which is not allowed: {self.rules.why}"
 
     def where(self) -> str:
         """' (at kata.py, line 12)': the innermost line of the kata's file on the stack."""
@@ -259,7 +260,7 @@ class Guard:
     def check_no_graph(self, result, name: str) -> None:
         tensors = result if isinstance(result, (tuple, list)) else (result,)
         if any(isinstance(t, torch.Tensor) and t.grad_fn is not None for t in tensors):
-            self.trip(f"{name} while recording an autograd graph (requires_grad_ or torch.enable_grad)")
+            self.trip(f"records an autograd graph ({name} on tensors that require grad)")
 
     def _tripwire(self, shown: str):
         guard = self

@@ -252,7 +252,7 @@ class ResultWriter:
         self.events.write(TestReport(nodeid=nodeid, name=self.names.get(nodeid, nodeid), **outcome))
 
     def pytest_sessionfinish(self, session, exitstatus):
-        self.events.write(Finish(exitstatus=int(exitstatus)))
+        self.events.write(Finish(exitstatus=int(exitstatus), stopped=bool(session.shouldfail)))
         self.events.close()
 
 

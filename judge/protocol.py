@@ -118,10 +118,12 @@ class TestReport(Event):
 
 @dataclass
 class Finish(Event):
-    """pytest's exit status; written last."""
+    """pytest's exit status; written last. stopped: the run stopped at its first failure, as
+    asked (--maxfail=1, for mutants): the tests after it did not run."""
 
     tag: ClassVar[str] = "finish"
     exitstatus: int
+    stopped: bool = False
 
 
 @dataclass

@@ -31,6 +31,8 @@ def unjudged_lines(results: list[KataResult]) -> list[str]:
     """What this machine could not judge, one line per reason: never counted as passed."""
     by_reason: dict[str, dict[str, int]] = {}
     for r in results:
+        if r.status not in (Status.PASS, Status.FAIL):  # its verdict has another cause
+            continue
         for test in r.unjudged:
             katas = by_reason.setdefault(test["reason"], {})
             katas[r.name] = katas.get(r.name, 0) + 1

@@ -32,8 +32,11 @@ def default_workers() -> int:
 
 @dataclass(frozen=True)
 class Job:
+    """A kata file to grade as kata `name`; `first_failure`: stop at its first failed test."""
+
     name: str
     path: Path
+    first_failure: bool = False
 
 
 class ServerGone(Exception):
@@ -77,7 +80,8 @@ class Server:
         return line
 
     def grade(self, job: Job, seed: int) -> KataResult:
-        answer = self.ask({"op": "grade", "name": job.name, "path": str(job.path), "seed": seed}, self.limits.time_limit + 30)
+        request = {"op": "grade", "name": job.name, "path": str(job.path), "seed": seed, "first_failure": job.first_failure}
+        answer = self.ask(request, self.limits.time_limit + 30)
         return KataResult.from_json(answer)
 
     def time(self, result: KataResult, path: Path) -> None:
@@ -96,7 +100,8 @@ def serve(device: str, limits: Limits, requests, answers) -> None:
     for line in requests:
         request = json.loads(line)
         if request["op"] == "grade":
-            answer = engine.grade(request["name"], Path(request["path"]), request["seed"]).to_json(internal=True)
+            result = engine.grade(request["name"], Path(request["path"]), request["seed"], first_failure=request["first_failure"])
+            answer = result.to_json(internal=True)
         else:
             result = KataResult(request["name"], Status.PASS, 1.0, 0, 0, "")
             engine.time(result, Path(request["path"]))
@@ -129,7 +134,7 @@ def grade_all(jobs: list[Job], *, seed: int, device: str, limits: Limits, worker
                     except (ServerGone, ValueError, KeyError, TypeError):
                         server.close()
                         server = None
-                results[index] = fresh.grade(job.name, job.path, seed)
+                results[index] = fresh.grade(job.name, job.path, seed, first_failure=job.first_failure)
         finally:
             if server is not None:
                 server.close()

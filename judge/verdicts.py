@@ -29,7 +29,8 @@ def classify(name: str, events: list[Event], end: ProcessEnd, tail: str, limits:
     for event in events:
         if isinstance(event, TestReport):
             reports.setdefault(event.nodeid, event)
-    finished = any(isinstance(e, Finish) for e in events)
+    finish = next((e for e in events if isinstance(e, Finish)), None)
+    finished, stopped = finish is not None, finish is not None and finish.stopped
     tests = collected.tests if collected else {}
     inconclusive = [r for r in reports.values() if r.outcome == Outcome.INCONCLUSIVE]
     judged = [r for r in reports.values() if r.outcome not in UNJUDGED]
@@ -69,7 +70,7 @@ def classify(name: str, events: list[Event], end: ProcessEnd, tail: str, limits:
         if finished:
             return result(Status.ERROR, f"the tests of {name} could not be collected (a grader bug): {tail}", True)
         return result(Status.CRASH, f"the test process died before running any test ({exit_reason(end.returncode)}): {tail}")
-    if not finished or len(reports) < len(tests):
+    if not finished or (len(reports) < len(tests) and not stopped):
         return result(Status.CRASH, f"the test process died{during} ({exit_reason(end.returncode)})" + (f": {tail}" if tail else ""))
     if flood := first(ErrorKind.OUTPUT_LIMIT):
         return result(Status.FAIL, f"{flood.name}: the kata printed more than {limits.output_mb} MB of output; print less")

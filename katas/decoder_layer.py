@@ -45,6 +45,8 @@ class TransformerDecoderLayer(nn.Module):
         - tgt_is_causal=True blocks target key j for query i when j > i, by itself;
           memory_is_causal=True does the same for memory key j (top-left aligned when T != S).
           PyTorch only takes them as hints that the masks are causal and wants the masks too.
+          Given together with tgt_mask (memory_mask), both apply: a key is blocked when
+          either blocks it.
         - a query row whose every key is blocked is undefined and not judged.
     """
 

@@ -36,7 +36,8 @@ class TransformerEncoderLayer(nn.Module):
         - src_mask [S, S], the same for every batch row and head;
           src_key_padding_mask [B, S], True = padding, a key no query may attend to.
         - is_causal=True blocks key j for query i when j > i, by itself (PyTorch only takes
-          it as a hint that src_mask is causal and wants the mask too).
+          it as a hint that src_mask is causal and wants the mask too). Given together with
+          src_mask, both apply: a key is blocked when either blocks it.
         - a query row whose every key is blocked is undefined and not judged.
     """
 

@@ -33,6 +33,7 @@ class MultiHeadAttention(nn.Module):
         - attn_mask [L, S]: the same for every batch row and head.
         - is_causal=True blocks key j for query i when j > i, by itself (no attn_mask
           needed; nn.MultiheadAttention only takes it as a hint that attn_mask is causal).
+          Given together with attn_mask, both apply: a key is blocked when either blocks it.
         - a query row whose every key is blocked is undefined and not judged.
         weights: per head (average_attn_weights=False in PyTorch's terms), the softmax
         probabilities; None when need_weights=False.

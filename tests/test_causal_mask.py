@@ -6,20 +6,39 @@ from torch import nn
 
 from judge.forbidden import CAUSAL_MASK
 from judge.testing.checks import assert_equal_mask, assert_prints_nothing, call_repr, check_tensor_kind
-from judge.testing.spec import KataSpec
+from judge.testing.spec import CaseTable, KataSpec, edge
 
 
 def reference(seq_len: int, device="cpu") -> torch.Tensor:
     return nn.Transformer.generate_square_subsequent_mask(seq_len, device=torch.device(device)) == float("-inf")
 
 
-def hidden_lengths(rng) -> list[int]:
-    return [1, *rng.sample(range(2, 40), 4)]
+def benchmark(kata, device):
+    """(kata call, reference call) at a realistic size, for the grader's timing."""
+    n = 1024
+    return (lambda: kata.causal_mask(n, device=device)), (lambda: reference(n, device))
+
+
+SPEC = KataSpec(
+    kata="causal_mask",
+    tolerances={},  # masks are compared exactly
+    symbol="causal_mask",
+    reference="nn.Transformer.generate_square_subsequent_mask(n) == -inf, exactly",
+    forbidden=CAUSAL_MASK,
+    cases=CaseTable(
+        draw=lambda rng, count: [{"n": n} for n in rng.sample(range(3, 40), count)],
+        edges=(edge("one position", n=1), edge("two positions", n=2), edge("odd length", n=7)),
+        draws=3,
+    ),
+    benchmark=benchmark,
+)
 
 
 def test_matches_generate_square_subsequent_mask(kata, rng):
-    for n in hidden_lengths(rng):
-        assert_equal_mask(kata.causal_mask(n), reference(n), call=call_repr("causal_mask", n))
+    for case in SPEC.cases.cases(rng):
+        with case.judged():
+            n = case["n"]
+            assert_equal_mask(kata.causal_mask(n), reference(n), call=call_repr("causal_mask", n))
 
 
 @pytest.mark.parametrize("device_type", ["cpu", "other"])
@@ -37,18 +56,3 @@ def test_mask_is_built_on_the_requested_device(kata, rng, device_type, other_dev
 def test_prints_nothing(kata, capfd):
     kata.causal_mask(5)
     assert_prints_nothing(capfd, "causal_mask(5)")
-
-
-def benchmark(kata, device):
-    """(kata call, reference call) at a realistic size, for the grader's timing."""
-    n = 1024
-    return (lambda: kata.causal_mask(n, device=device)), (lambda: reference(n, device))
-
-
-SPEC = KataSpec(
-    kata="causal_mask",
-    symbol="causal_mask",
-    reference="nn.Transformer.generate_square_subsequent_mask",
-    forbidden=CAUSAL_MASK,
-    benchmark=benchmark,
-)

@@ -3,7 +3,7 @@
 Every parameter of the reference is random (LayerNorm weights and biases included) and is
 copied by PyTorch's own names, self_attn's packed in_proj split into q_proj, k_proj and
 v_proj. Both norm_first settings and both activations are judged, with a non-default
-layer_norm_eps. The reference runs in float64 (see module_testing).
+layer_norm_eps. The reference runs in float64 (see judge.testing.modules).
 """
 
 import pytest
@@ -11,24 +11,15 @@ import torch
 from torch import nn
 
 from judge.forbidden import ATTENTION
-from judge.testing.checks import (
-    assert_prints_nothing,
-    assert_raises_value_error,
-    call_and_check_inputs,
-    call_on_device,
-    call_repr,
-    check_tensor_kind,
-)
+from judge.testing import modules
+from judge.testing.checks import assert_prints_nothing, assert_raises_value_error
 from judge.testing.inputs import as_float_mask, blocked_mask, padding_mask, randn
 from judge.testing.modules import (
-    assert_close_where_defined,
-    assert_dropout_is_active,
+    CASES,
+    LAYER_TOLERANCES,
+    ModuleKata,
     attention_parameters,
     defined_rows,
-    hidden_sizes,
-    load_parameters,
-    module_repr,
-    randomise_,
     reference_masks,
     renamed,
 )
@@ -36,7 +27,6 @@ from judge.testing.spec import KataSpec, dtypes
 
 FULL = [torch.float32, torch.float64]
 HALF = [torch.float16, torch.bfloat16]
-ASKS = "self_attn (with q_proj, k_proj, v_proj, out_proj), linear1, linear2, norm1, norm2"
 NON_DEFAULT_EPS = [1e-3, 4e-3, 1e-2]
 LAYOUTS = pytest.mark.parametrize("norm_first", [False, True], ids=["post_norm", "pre_norm"])
 ACTIVATIONS = pytest.mark.parametrize("activation", ["relu", "gelu"])
@@ -48,13 +38,69 @@ def parameters(reference: nn.TransformerEncoderLayer) -> dict[str, torch.Tensor]
     return renamed(reference, names) | attention_parameters("self_attn.", reference.self_attn)
 
 
+def reference_forward(reference, inputs, kwargs):
+    """The reference with its masks made explicit: ({output}, defined rows)."""
+    src = inputs["src"]
+    B, S = src.size(0), src.size(1)
+    src_mask, padding = reference_masks(
+        kwargs.get("src_mask"), kwargs.get("src_key_padding_mask"), S, S, kwargs.get("is_causal", False)
+    )
+    output = reference(src, src_mask=src_mask, src_key_padding_mask=padding)
+    return {"output": output.detach()}, defined_rows(B, S, S, src_mask, padding)
+
+
+def pytorch_module(case, options):
+    settings = {k: v for k, v in options.items() if k != "dropout"}
+    return nn.TransformerEncoderLayer(case["E"], case["H"], **settings, dropout=0.0, batch_first=True, dtype=torch.float64)
+
+
+ENCODER = ModuleKata(
+    cls="TransformerEncoderLayer",
+    asks="self_attn (with q_proj, k_proj, v_proj, out_proj), linear1, linear2, norm1, norm2",
+    inputs=("src",),
+    reference=pytorch_module,
+    parameters=parameters,
+    arguments=lambda case, options: ({"d_model": case["E"], "nhead": case["H"]}, options),
+    forward=reference_forward,
+    tolerances=LAYER_TOLERANCES,
+)
+
+
+def benchmark(kata, device):
+    """(kata call, reference call) at batch 8, length 128, d_model 512, 8 heads, the default
+    dim_feedforward 2048, post-norm, ReLU, eval() mode, with a src_key_padding_mask (lengths
+    128 down to 72). Under the grader's torch.no_grad() the reference takes
+    nn.TransformerEncoderLayer's fused inference fast path (_transformer_encoder_layer_fwd),
+    what PyTorch users run for inference."""
+    B, S, E, H = 8, 128, 512, 8
+    reference = nn.TransformerEncoderLayer(E, H, batch_first=True, device=device).eval()
+    module = kata.TransformerEncoderLayer(E, H)
+    modules.load_parameters(module, parameters(reference), what=ENCODER.cls, asks=ENCODER.asks)
+    module.to(device).eval()
+    src = randn(torch.Generator().manual_seed(0), B, S, E, device=device)
+    lengths = torch.arange(S, S - 8 * B, -8, device=device)
+    padding = torch.arange(S, device=device)[None, :] >= lengths[:, None]
+    return (lambda: module(src, src_key_padding_mask=padding)), (lambda: reference(src, src_key_padding_mask=padding))
+
+
+SPEC = KataSpec(
+    kata="encoder_layer",
+    symbol="TransformerEncoderLayer",
+    reference="nn.TransformerEncoderLayer(batch_first=True) in float64, its parameters copied in",
+    forbidden=ATTENTION,
+    tolerances=ENCODER.tolerances,
+    tolerance_note="a layer chains matmuls, a softmax and LayerNorms: solutions and variants measured at most 0.14 of these in float32",
+    cases=CASES,
+    benchmark=benchmark,
+)
+
+
 def build(kata, gen, rng, case, dtype=torch.float32, device="cpu", *, defaults=False, dropout=0.0, **chosen):
-    """(the learner's layer in eval() mode, the float64 reference, how the layer was built).
+    """The learner's layer (eval() mode) and the float64 reference.
 
     Unless `defaults`: dim_feedforward, layer_norm_eps and dropout are always passed, and
     norm_first, activation and bias are `chosen` or drawn at random. With `defaults` only
     (d_model, nhead) are passed."""
-    E, H = case["E"], case["H"]
     options = {}
     if not defaults:
         options = {
@@ -66,123 +112,114 @@ def build(kata, gen, rng, case, dtype=torch.float32, device="cpu", *, defaults=F
         }
         if not chosen.get("bias", rng.random() < 0.7):
             options["bias"] = False
-    name = module_repr("TransformerEncoderLayer", d_model=E, nhead=H, **options)
-    settings = {k: v for k, v in options.items() if k != "dropout"}
-    reference = nn.TransformerEncoderLayer(E, H, **settings, dropout=0.0, batch_first=True, dtype=torch.float64)
-    randomise_(reference, gen, dtype)
-    module = kata.TransformerEncoderLayer(E, H, **options).to(dtype)
-    load_parameters(module, parameters(reference), what="TransformerEncoderLayer", asks=ASKS, built=name)
-    return module.to(device).eval(), reference, name + ".eval()" if defaults or dropout else name
+    built = modules.build(ENCODER, kata, gen, case, options, dtype, device)
+    built.name += ".eval()" if defaults else ""
+    return built
 
 
-def reference_call(reference, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
-    """The reference in float64 on the CPU (masks made explicit): (output, defined rows)."""
-    B, S = src.size(0), src.size(1)
-    src_mask, src_key_padding_mask = reference_masks(src_mask, src_key_padding_mask, S, S, is_causal)
-    output = reference(src.detach().cpu().double(), src_mask=src_mask, src_key_padding_mask=src_key_padding_mask)
-    return output.detach(), defined_rows(B, S, S, src_mask, src_key_padding_mask)
+def inputs(gen, case, dtype=torch.float32, device="cpu") -> dict:
+    return {"src": randn(gen, case["B"], case["L"], case["E"], dtype=dtype, device=device)}
 
 
-def call_kata(module, name, src, **kwargs):
-    call = call_repr(name, src, **kwargs)
-    inputs = {"src": src} | {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
-    return call, call_and_check_inputs(lambda: module(src, **kwargs), call, **inputs)
-
-
-def check(module, reference, name, src, **kwargs):
-    want, defined = reference_call(reference, src, **kwargs)
-    call, output = call_kata(module, name, src, **kwargs)
-    assert_close_where_defined(output, want.to(dtype=src.dtype, device=src.device), defined, call=call, what="output")
-
-
-def inputs(gen, case, dtype=torch.float32, device="cpu"):
-    return randn(gen, case["B"], case["L"], case["E"], dtype=dtype, device=device)
+def check(built, src, **kwargs):
+    modules.check(ENCODER, built, src, **kwargs)
 
 
 @LAYOUTS
 @ACTIVATIONS
 @dtypes(*FULL)
 def test_matches_nn_transformer_encoder_layer(kata, rng, gen, norm_first, activation, dtype, device):
-    for case in hidden_sizes(rng):
-        module, reference, name = build(
-            kata, gen, rng, case, dtype, device, norm_first=norm_first, activation=activation
-        )
-        check(module, reference, name, inputs(gen, case, dtype, device))
+    for case in CASES.cases(rng):
+        with case.judged():
+            built = build(kata, gen, rng, case, dtype, device, norm_first=norm_first, activation=activation)
+            check(built, inputs(gen, case, dtype, device))
 
 
 @dtypes(*FULL)
 def test_src_key_padding_mask_true_ignores_that_key(kata, rng, gen, dtype, device):
     """[B, S], a different number of padded keys per batch row."""
-    for case in hidden_sizes(rng):
-        module, reference, name = build(kata, gen, rng, case, dtype, device)
-        padding = padding_mask(gen, case["B"], case["L"]).to(device)
-        check(module, reference, name, inputs(gen, case, dtype, device), src_key_padding_mask=padding)
+    for case in CASES.cases(rng):
+        with case.judged():
+            built = build(kata, gen, rng, case, dtype, device)
+            padding = padding_mask(gen, case["B"], case["L"]).to(device)
+            check(built, inputs(gen, case, dtype, device), src_key_padding_mask=padding)
 
 
 @dtypes(*FULL)
 def test_src_mask_true_blocks_that_query_key_pair(kata, rng, gen, dtype, device):
     """[S, S], alone and together with a src_key_padding_mask."""
-    for case in hidden_sizes(rng):
-        module, reference, name = build(kata, gen, rng, case, dtype, device)
-        src = inputs(gen, case, dtype, device)
-        mask = blocked_mask(gen, case["L"], case["L"]).to(device)
-        check(module, reference, name, src, src_mask=mask)
-        padding = padding_mask(gen, case["B"], case["L"]).to(device)
-        check(module, reference, name, src, src_mask=mask, src_key_padding_mask=padding)
+    for case in CASES.cases(rng):
+        with case.judged():
+            built = build(kata, gen, rng, case, dtype, device)
+            src = inputs(gen, case, dtype, device)
+            mask = blocked_mask(gen, case["L"], case["L"]).to(device)
+            check(built, src, src_mask=mask)
+            padding = padding_mask(gen, case["B"], case["L"]).to(device)
+            check(built, src, src_mask=mask, src_key_padding_mask=padding)
 
 
 @dtypes(*FULL)
 def test_float_masks_are_added_to_the_scores(kata, rng, gen, dtype):
-    for case in hidden_sizes(rng, count=2):
-        module, reference, name = build(kata, gen, rng, case, dtype)
-        mask = as_float_mask(gen, blocked_mask(gen, case["L"], case["L"]), dtype)
-        padding = as_float_mask(gen, padding_mask(gen, case["B"], case["L"]), dtype)
-        check(module, reference, name, inputs(gen, case, dtype), src_mask=mask, src_key_padding_mask=padding)
+    for case in CASES.random(rng, 2):
+        with case.judged():
+            built = build(kata, gen, rng, case, dtype)
+            mask = as_float_mask(gen, blocked_mask(gen, case["L"], case["L"]), dtype)
+            padding = as_float_mask(gen, padding_mask(gen, case["B"], case["L"]), dtype)
+            check(built, inputs(gen, case, dtype), src_mask=mask, src_key_padding_mask=padding)
 
 
 @dtypes(*FULL)
 def test_is_causal_applies_a_causal_mask_by_itself(kata, rng, gen, dtype, device):
     """No src_mask needed (PyTorch's layer would want one); with and without padding."""
-    for case in hidden_sizes(rng):
-        module, reference, name = build(kata, gen, rng, case, dtype, device)
-        src = inputs(gen, case, dtype, device)
-        check(module, reference, name, src, is_causal=True)
-        padding = padding_mask(gen, case["B"], case["L"], right_only=True).to(device)
-        check(module, reference, name, src, src_key_padding_mask=padding, is_causal=True)
+    for case in CASES.cases(rng):
+        with case.judged():
+            built = build(kata, gen, rng, case, dtype, device)
+            src = inputs(gen, case, dtype, device)
+            check(built, src, is_causal=True)
+            padding = padding_mask(gen, case["B"], case["L"], right_only=True).to(device)
+            check(built, src, src_key_padding_mask=padding, is_causal=True)
+
+
+@dtypes(*FULL)
+def test_is_causal_and_src_mask_both_apply(kata, rng, gen, dtype):
+    """Given together, a key is blocked when either blocks it (boolean and float masks)."""
+    for case in CASES.random(rng, 2):
+        with case.judged():
+            built = build(kata, gen, rng, case, dtype)
+            src = inputs(gen, case, dtype)
+            mask = blocked_mask(gen, case["L"], case["L"])
+            check(built, src, src_mask=mask, is_causal=True)
+            check(built, src, src_mask=as_float_mask(gen, mask, dtype), is_causal=True)
 
 
 def test_defaults_match_pytorchs(kata, rng, gen):
     """TransformerEncoderLayer(d_model, nhead): dim_feedforward 2048, ReLU, post-norm, eps 1e-5,
     and dropout 0.1, inactive in eval()."""
-    case = hidden_sizes(rng)[1]
-    module, reference, name = build(kata, gen, rng, case, defaults=True)
-    check(module, reference, name, inputs(gen, case))
+    case = CASES.random(rng)[1]
+    check(build(kata, gen, rng, case, defaults=True), inputs(gen, case))
 
 
 @dtypes(*HALF)
 def test_works_in_half_precision(kata, rng, gen, dtype):
-    for case in hidden_sizes(rng, count=2):
-        module, reference, name = build(kata, gen, rng, case, dtype)
-        padding = padding_mask(gen, case["B"], case["L"], right_only=True)
-        check(module, reference, name, inputs(gen, case, dtype), src_key_padding_mask=padding, is_causal=True)
+    for case in CASES.random(rng, 2):
+        with case.judged():
+            built = build(kata, gen, rng, case, dtype)
+            padding = padding_mask(gen, case["B"], case["L"], right_only=True)
+            check(built, inputs(gen, case, dtype), src_key_padding_mask=padding, is_causal=True)
 
 
 def test_eval_mode_disables_dropout(kata, rng, gen):
-    for case in hidden_sizes(rng, count=2):
-        module, reference, name = build(kata, gen, rng, case, dropout=0.5)
-        padding = padding_mask(gen, case["B"], case["L"])
-        check(module, reference, name, inputs(gen, case), src_key_padding_mask=padding)
+    for case in CASES.random(rng, 2):
+        with case.judged():
+            built = build(kata, gen, rng, case, dropout=0.5)
+            padding = padding_mask(gen, case["B"], case["L"])
+            check(built, inputs(gen, case), src_key_padding_mask=padding)
 
 
 def test_train_mode_applies_dropout(kata, rng, gen, seed):
-    case = hidden_sizes(rng)[1]
-    module, _, name = build(kata, gen, rng, case, dropout=0.5)
-    src = inputs(gen, case)
-    module.train()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        first, second = module(src), module(src)
-    assert_dropout_is_active(first, second, call=call_repr(name.removesuffix(".eval()") + ".train()", src))
+    case = CASES.random(rng)[1]
+    built = build(kata, gen, rng, case, dropout=0.5)
+    modules.check_dropout_in_train_mode(ENCODER, built, inputs(gen, case), seed)
 
 
 def test_d_model_not_divisible_by_nhead_raises_value_error(kata, rng):
@@ -197,68 +234,36 @@ def test_d_model_not_divisible_by_nhead_raises_value_error(kata, rng):
 
 def test_has_the_submodules_of_nn_transformer_encoder_layer(kata, rng, gen):
     """self_attn.{q,k,v,out}_proj, linear1, linear2, norm1, norm2, with biases exactly when bias=True."""
-    case = hidden_sizes(rng)[1]
+    case = CASES.random(rng)[1]
     for bias in (True, False):
         build(kata, gen, rng, case, bias=bias)
 
 
 def test_writes_its_own_attention(kata, rng, gen):
-    """FORBIDDEN refuses PyTorch's attention while the kata runs; every path of forward runs here."""
-    case = hidden_sizes(rng)[1]
+    """The spec's forbidden rules refuse PyTorch's attention while the kata runs; every path
+    of forward runs here."""
+    case = CASES.random(rng)[1]
     src = inputs(gen, case)
     padding = padding_mask(gen, case["B"], case["L"], right_only=True)
     for norm_first in (False, True):
-        module, _, name = build(kata, gen, rng, case, dropout=0.1, norm_first=norm_first)
-        for mode in (module.eval, module.train):
+        built = build(kata, gen, rng, case, dropout=0.1, norm_first=norm_first)
+        for mode in (built.module.eval, built.module.train):
             mode()
-            call_kata(module, name, src)
-            call_kata(module, name, src, src_key_padding_mask=padding, is_causal=True)
+            modules.call(ENCODER, built, src)
+            modules.call(ENCODER, built, src, src_key_padding_mask=padding, is_causal=True)
 
 
 def test_results_follow_the_device_of_the_inputs(kata, rng, gen, other_device):
     """A causal mask made inside forward must be made on the input's device."""
-    case = hidden_sizes(rng)[1]
-    module, reference, name = build(kata, gen, rng, case, device=other_device)
-    src = inputs(gen, case, device=other_device)
+    case = CASES.random(rng)[1]
+    built = build(kata, gen, rng, case, device=other_device)
     padding = padding_mask(gen, case["B"], case["L"], right_only=True).to(other_device)
-    kwargs = {"src_key_padding_mask": padding, "is_causal": True}
-    if other_device != "meta":
-        check(module, reference, name, src, **kwargs)
-        return
-    result = call_on_device(lambda: call_kata(module, name, src, **kwargs), other_device)
-    if result is not None:  # None: it read tensor values in Python, fine on a real GPU
-        call, output = result  # meta tensors have a shape and a device but no values
-        check_tensor_kind(output, torch.empty(src.shape, device="meta"), call=call, what="output")
+    src = inputs(gen, case, device=other_device)
+    modules.check_on_device(ENCODER, built, case, src, other_device, src_key_padding_mask=padding, is_causal=True)
 
 
 def test_prints_nothing(kata, rng, gen, capfd):
-    case = hidden_sizes(rng)[1]
-    module, _, name = build(kata, gen, rng, case)
-    module(inputs(gen, case), is_causal=True)
-    assert_prints_nothing(capfd, f"{name}(...)")
-
-
-def benchmark(kata, device):
-    """(kata call, reference call) at batch 8, length 128, d_model 512, 8 heads, the default
-    dim_feedforward 2048, post-norm, ReLU, eval() mode, with a src_key_padding_mask (lengths
-    128 down to 72). Under the grader's torch.no_grad() the reference takes
-    nn.TransformerEncoderLayer's fused inference fast path (_transformer_encoder_layer_fwd),
-    what PyTorch users run for inference."""
-    B, S, E, H = 8, 128, 512, 8
-    reference = nn.TransformerEncoderLayer(E, H, batch_first=True, device=device).eval()
-    module = kata.TransformerEncoderLayer(E, H)
-    load_parameters(module, parameters(reference), what="TransformerEncoderLayer", asks=ASKS)
-    module.to(device).eval()
-    src = randn(torch.Generator().manual_seed(0), B, S, E, device=device)
-    lengths = torch.arange(S, S - 8 * B, -8, device=device)
-    padding = torch.arange(S, device=device)[None, :] >= lengths[:, None]
-    return (lambda: module(src, src_key_padding_mask=padding)), (lambda: reference(src, src_key_padding_mask=padding))
-
-
-SPEC = KataSpec(
-    kata="encoder_layer",
-    symbol="TransformerEncoderLayer",
-    reference="nn.TransformerEncoderLayer(batch_first=True)",
-    forbidden=ATTENTION,
-    benchmark=benchmark,
-)
+    case = CASES.random(rng)[1]
+    built = build(kata, gen, rng, case)
+    modules.call(ENCODER, built, inputs(gen, case), is_causal=True)
+    assert_prints_nothing(capfd, f"{built.name}(...)")

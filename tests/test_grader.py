@@ -1,91 +1,29 @@
-"""The grader itself: verdicts for broken kata files, JSON, exit codes and usage errors.
+"""The grader's command line: JSON, exit codes, usage errors, one kata's fault never stopping
+the others, and the README's kata table."""
 
-tests/broken/ holds causal_mask files that fail in every way a half-written kata can;
-each must get the right status while the grader goes on to grade the rest.
-"""
-
+import importlib
 import json
 import subprocess
 import sys
 
 import pytest
 
-from judge.catalog import kata_table, load_catalog
+from judge.catalog import kata_names, kata_table, load_catalog
 from judge.engines import ProcessEngine
-from judge.isolation import ProcessEnd
 from judge.limits import Limits
 from judge.paths import ROOT
-from judge.protocol import Collected, ErrorKind, Finish, Outcome, TestReport
-from judge.scheduling import Job, default_workers, grade_all
+from judge.protocol import KataResult, Status
+from judge.scheduling import time_all
 from judge.stubs import make_stub
-from judge.verdicts import classify
+from judge.testing.spec import tolerance_table
 
 BROKEN = ROOT / "tests" / "broken"
-EXPECTED = {  # tests/broken/<kata>/<file> -> (status, words its message must contain)
-    "causal_mask/syntax_error": ("error", "SyntaxError"),
-    "causal_mask/raises_at_import": ("error", "IndexError"),
-    "causal_mask/missing_symbol": ("error", "defines no `causal_mask`"),
-    "causal_mask/endless_loop": ("timeout", "per-test limit of 3 s"),
-    "causal_mask/exits_interpreter": ("crash", "exit code 3"),
-    "causal_mask/segfault": ("crash", "SIGSEGV"),
-    "causal_mask/calls_sys_exit": ("fail", "SystemExit"),
-    "causal_mask/floods_output": ("fail", "printed"),
-    "causal_mask/floods_gigabytes": ("fail", "more than 64 MB of output"),
-    "causal_mask/half_done": ("fail", "only CPU so far"),
-    "causal_mask/uses_the_reference": ("forbidden", "nn.Transformer.generate_square_subsequent_mask"),
-    "causal_mask/changes_default_dtype": ("fail", "default dtype"),
-    "causal_mask/allocates_absurd_tensor": ("error", "ran out of memory"),
-    "scaled_dot_product_attention/calls_sdpa": ("forbidden", "F.scaled_dot_product_attention"),
-    "scaled_dot_product_attention/calls_sdpa_by_alias": ("forbidden", "F.scaled_dot_product_attention"),
-    "scaled_dot_product_attention/calls_aten_sdpa": ("forbidden", "scaled_dot_product_attention"),
-    "scaled_dot_product_attention/disables_torch_function": ("forbidden", "DisableTorchFunction"),
-    "scaled_dot_product_attention/disables_modes": ("forbidden", "_python_dispatch"),
-    "scaled_dot_product_attention/swallows_the_refusal": ("forbidden", "F.scaled_dot_product_attention"),
-    "scaled_dot_product_attention/returns_nan": ("fail", "contains NaN at index"),
-    "scaled_dot_product_attention/modifies_query_in_place": ("fail", "modified its `query` argument in place"),
-    "multi_head_attention/calls_mha_forward": ("forbidden", "multi_head_attention_forward"),
-}
 
 
 def run_grader(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(ROOT / "grader.py"), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
     )
-
-
-@pytest.fixture(scope="module")
-def broken_verdicts(request) -> dict:
-    """Grade every broken file once; only the endless loop gets a short per-test limit."""
-    names = list(EXPECTED)
-    jobs = [Job(name.split("/")[0], BROKEN / f"{name}.py") for name in names]
-    verdicts = {}
-    for short in (True, False):
-        chosen = [(n, j) for n, j in zip(names, jobs) if (n == "causal_mask/endless_loop") == short]
-        results = grade_all(
-            [j for _, j in chosen],
-            seed=request.config.kata_seed,
-            device="cpu",
-            limits=Limits(time_limit=120, test_timeout=3 if short else 30),
-            workers=default_workers(),
-            fork=False,
-        )
-        verdicts.update(zip([n for n, _ in chosen], results))
-    return verdicts
-
-
-def test_every_broken_file_has_an_expected_verdict():
-    assert sorted(f"{p.parent.name}/{p.stem}" for p in BROKEN.glob("*/*.py")) == sorted(EXPECTED)
-
-
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("name", EXPECTED)
-def test_broken_kata_gets_the_right_verdict(name, broken_verdicts):
-    status, words = EXPECTED[name]
-    verdict = broken_verdicts[name]
-    assert (verdict.status, words in verdict.message) == (status, True), (
-        f"{name}: got {verdict.status!r} with message {verdict.message!r}; expected {status!r} mentioning {words!r}"
-    )
-    assert len(verdict.message) < 1500, "messages are truncated"
 
 
 @pytest.mark.timeout(120)
@@ -166,36 +104,6 @@ def test_bad_input_is_one_line_and_exit_2(args, words):
     assert len(lines) == 1 and words in lines[0], run.stderr
 
 
-def test_classify_needs_positive_evidence_for_a_pass():
-    """A process that reported every test passed but exited non-zero, or reported no tests, is not a pass."""
-    limits = Limits()
-    events = [
-        Collected(tests={"t1": "t1"}),
-        TestReport(nodeid="t1", name="t1", outcome=Outcome.PASSED),
-        Finish(exitstatus=0),
-    ]
-    assert classify("k", events, ProcessEnd(0), "", limits).status == "pass"
-    assert classify("k", events, ProcessEnd(1), "", limits).status != "pass"
-    assert classify("k", events[:2], ProcessEnd(0), "", limits).status == "crash"
-    nothing = [Collected(tests={}), Finish(exitstatus=5)]
-    assert classify("k", nothing, ProcessEnd(5), "", limits).status != "pass"
-    skipped = [events[0], TestReport(nodeid="t1", name="t1", outcome=Outcome.SKIPPED, message="learner skipped it"), events[2]]
-    assert classify("k", skipped, ProcessEnd(0), "", limits).status == "fail"
-    todo = [events[0], TestReport(nodeid="t1", name="t1", outcome=Outcome.FAILED, kind=ErrorKind.NOT_IMPLEMENTED), events[2]]
-    assert classify("k", todo, ProcessEnd(1), "", limits).status == "todo"
-
-
-def test_stub_generation_keeps_todo_lines_and_raises():
-    solution = (
-        'def f(x):\n    """Doc."""\n    ### BEGIN SOLUTION\n    # TODO: double it.\n'
-        "    y = 2 * x  # secret\n    return y\n    ### END SOLUTION\n"
-    )
-    assert (
-        make_stub(solution)
-        == 'def f(x):\n    """Doc."""\n    # TODO: double it.\n    raise NotImplementedError\n'
-    )
-
-
 def test_readme_kata_table_matches_info_toml():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     start, end = readme.index("<!-- kata-table"), readme.index("<!-- /kata-table -->")
@@ -203,3 +111,26 @@ def test_readme_kata_table_matches_info_toml():
     assert shown == kata_table(load_catalog()), (
         "README's kata table is out of date: paste the output of `python grader.py table`"
     )
+
+
+@pytest.mark.timeout(300)
+def test_each_kata_is_timed_in_a_process_of_its_own():
+    """Hole 11: a kata that changes torch's global state when imported is caught by timing
+    too, and the kata timed after it is not affected."""
+    results = [KataResult(name, Status.PASS, 1.0, 4, 4, "") for name in ("causal_mask", "padding_mask")]
+    paths = {
+        "causal_mask": ROOT / "tests" / "broken" / "causal_mask" / "changes_default_dtype_at_import.py",
+        "padding_mask": ROOT / "solutions" / "padding_mask.py",
+    }
+    time_all(results, paths, device="cpu", limits=Limits(), fork=True)
+    assert "changed torch's default dtype" in results[0].timing.get("error", ""), results[0].timing
+    assert results[1].timing["cpu"]["ratio"] > 0, results[1].timing
+
+
+def test_readme_tolerance_table_matches_the_specs():
+    """Hole 7: the README states each kata's tolerances as its spec declares them."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    start, end = readme.index("<!-- tolerance-table"), readme.index("<!-- /tolerance-table -->")
+    shown = readme[start:end].split("\n", 1)[1].strip()
+    expected = tolerance_table([importlib.import_module(f"test_{name}").SPEC for name in kata_names(load_catalog())])
+    assert shown == expected, f"README's tolerance table is out of date; it should read:\n{expected}"

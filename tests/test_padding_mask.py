@@ -11,82 +11,21 @@ from judge.testing.checks import (
     call_repr,
     check_tensor_kind,
 )
-from judge.testing.spec import KataSpec
+from judge.testing.spec import CaseTable, KataSpec, edge
 
 
 def reference(lengths: list[int], max_len: int, device="cpu") -> torch.Tensor:
     return torch.arange(max_len, device=device)[None, :] >= torch.tensor(lengths, device=device)[:, None]
 
 
-def hidden_lengths(rng) -> list[int]:
-    """B distinct-ish lengths, B itself random; one row may be empty, one is the longest."""
-    batch = rng.choice([1, 2, 3, 5, 7])
-    return [rng.randrange(0, 24) for _ in range(batch)]
-
-
-@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32], ids=["int64", "int32"])
-def test_default_max_len_is_the_longest_length(kata, rng, index_dtype):
-    for _ in range(4):
-        lengths = hidden_lengths(rng)
-        lengths[rng.randrange(len(lengths))] = rng.randrange(1, 24)  # at least one non-empty row
-        tensor = torch.tensor(lengths, dtype=index_dtype)
-        assert_equal_mask(
-            kata.padding_mask(tensor),
-            reference(lengths, max(lengths)),
-            call=call_repr("padding_mask", tensor) + f" with lengths={lengths}",
-        )
-
-
-def test_explicit_max_len_adds_padding_columns(kata, rng):
-    for _ in range(4):
-        lengths = hidden_lengths(rng)
-        max_len = max(lengths) + rng.randrange(1, 6)
-        tensor = torch.tensor(lengths)
-        assert_equal_mask(
-            kata.padding_mask(tensor, max_len=max_len),
-            reference(lengths, max_len),
-            call=call_repr("padding_mask", tensor, max_len=max_len) + f" with lengths={lengths}",
-        )
-
-
-def test_accepts_a_list_of_ints(kata, rng):
-    lengths = hidden_lengths(rng)
-    lengths[0] = rng.randrange(1, 24)
-    assert_equal_mask(
-        kata.padding_mask(lengths), reference(lengths, max(lengths)), call=call_repr("padding_mask", lengths)
-    )
-    max_len = max(lengths) + 2
-    assert_equal_mask(
-        kata.padding_mask(lengths, max_len),
-        reference(lengths, max_len),
-        call=call_repr("padding_mask", lengths, max_len),
-    )
-
-
-def test_result_lives_on_the_device_of_lengths(kata, rng, other_device):
-    lengths = hidden_lengths(rng)
-    max_len = max(lengths) + 1
-    tensor = torch.tensor(lengths, device=other_device)
-    call = call_repr("padding_mask", tensor, max_len=max_len)
-    got = call_on_device(lambda: kata.padding_mask(tensor, max_len=max_len), other_device)
-    if got is None:
-        return  # reads lengths in Python: judged on a real GPU only
-    if tensor.device.type == "meta":  # meta tensors have a shape and a device but no values
-        check_tensor_kind(got, reference(lengths, max_len, "meta"), call=call, what="mask")
-    else:
-        assert_equal_mask(got, reference(lengths, max_len, other_device), call=call)
-
-
-def test_does_not_modify_lengths(kata, rng):
-    lengths = torch.tensor(hidden_lengths(rng)) + 1
-    snapshot = lengths.clone()
-    kata.padding_mask(lengths)
-    assert_not_modified("lengths", lengths, snapshot, call=call_repr("padding_mask", lengths))
-
-
-def test_prints_nothing(kata, capfd):
-    kata.padding_mask(torch.tensor([2, 3]))
-    assert_prints_nothing(capfd, "padding_mask(int64[2])")
+def hidden_lengths(rng, count: int) -> list[dict]:
+    """B lengths, B itself random; a row may be empty; at least one row is not."""
+    cases = []
+    for _ in range(count):
+        lengths = [rng.randrange(0, 24) for _ in range(rng.choice([1, 2, 3, 5, 7]))]
+        lengths[rng.randrange(len(lengths))] = rng.randrange(1, 24)
+        cases.append({"lengths": lengths})
+    return cases
 
 
 def benchmark(kata, device):
@@ -101,7 +40,77 @@ def benchmark(kata, device):
 
 SPEC = KataSpec(
     kata="padding_mask",
+    tolerances={},  # masks are compared exactly
     symbol="padding_mask",
-    reference="arange(max_len) >= lengths[:, None]",
+    reference="arange(max_len)[None, :] >= lengths[:, None], exactly",
+    cases=CaseTable(
+        draw=hidden_lengths,
+        edges=(
+            edge("one sequence", lengths=[5]),
+            edge("an empty sequence", lengths=[3, 0, 6]),
+            edge("every sequence full length", lengths=[4, 4, 4, 4]),
+            edge("length one", lengths=[1, 2]),
+        ),
+        draws=4,
+    ),
     benchmark=benchmark,
 )
+
+
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32], ids=["int64", "int32"])
+def test_default_max_len_is_the_longest_length(kata, rng, index_dtype):
+    for case in SPEC.cases.cases(rng):
+        with case.judged():
+            lengths = case["lengths"]
+            tensor = torch.tensor(lengths, dtype=index_dtype)
+            assert_equal_mask(
+                kata.padding_mask(tensor),
+                reference(lengths, max(lengths)),
+                call=call_repr("padding_mask", tensor) + f" with lengths={lengths}",
+            )
+
+
+def test_explicit_max_len_adds_padding_columns(kata, rng):
+    for case in SPEC.cases.cases(rng):
+        with case.judged():
+            lengths = case["lengths"]
+            max_len = max(lengths) + rng.randrange(1, 6)
+            tensor = torch.tensor(lengths)
+            assert_equal_mask(
+                kata.padding_mask(tensor, max_len=max_len),
+                reference(lengths, max_len),
+                call=call_repr("padding_mask", tensor, max_len=max_len) + f" with lengths={lengths}",
+            )
+
+
+def test_accepts_a_list_of_ints(kata, rng):
+    lengths = SPEC.cases.random(rng, 1)[0]["lengths"]
+    assert_equal_mask(kata.padding_mask(lengths), reference(lengths, max(lengths)), call=call_repr("padding_mask", lengths))
+    max_len = max(lengths) + 2
+    assert_equal_mask(
+        kata.padding_mask(lengths, max_len), reference(lengths, max_len), call=call_repr("padding_mask", lengths, max_len)
+    )
+
+
+def test_result_lives_on_the_device_of_lengths(kata, rng, other_device):
+    lengths = SPEC.cases.random(rng, 1)[0]["lengths"]
+    max_len = max(lengths) + 1
+    tensor = torch.tensor(lengths, device=other_device)
+    call = call_repr("padding_mask", tensor, max_len=max_len)
+    got = call_on_device(lambda: kata.padding_mask(tensor, max_len=max_len), other_device)
+    if tensor.device.type == "meta":  # meta tensors have a shape and a device but no values
+        check_tensor_kind(got, reference(lengths, max_len, "meta"), call=call, what="mask")
+    else:
+        assert_equal_mask(got, reference(lengths, max_len, other_device), call=call)
+
+
+def test_does_not_modify_lengths(kata, rng):
+    lengths = torch.tensor(SPEC.cases.random(rng, 1)[0]["lengths"]) + 1
+    snapshot = lengths.clone()
+    kata.padding_mask(lengths)
+    assert_not_modified("lengths", lengths, snapshot, call=call_repr("padding_mask", lengths))
+
+
+def test_prints_nothing(kata, capfd):
+    kata.padding_mask(torch.tensor([2, 3]))
+    assert_prints_nothing(capfd, "padding_mask(int64[2])")

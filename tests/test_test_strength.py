@@ -1,107 +1,159 @@
 """The tests' own strength, judged through the real grader pipeline.
 
-- every mutant (a realistic wrong implementation, tests/mutants/<kata>/<slip>.py) is graded "fail"
-  (or "forbidden", for one that calls what the kata forbids);
+- every mutant (a realistic slip, kept as a patch in tests/mutants/<kata>.toml, applied to
+  the current solution) still applies, and is graded as it expects: "fail", or "forbidden"
+  for one that calls what the kata forbids; and not by an error that says the patch is
+  stale (NameError, ImportError, a call that no longer binds), which is no proof at all;
 - every variant (a correct implementation in another style, tests/variants/<kata>/<style>.py)
   is graded "pass";
 - every stub generated from solutions/ is graded "todo", and katas/ as committed is that stub.
 """
 
-from pathlib import Path
+import difflib
 
 import pytest
 
 from judge.catalog import kata_names, load_catalog
 from judge.limits import Limits
-from judge.paths import ROOT
+from judge.mutants import MutantError, all_mutants, load_mutants
+from judge.paths import MUTANTS, SOLUTIONS, VARIANTS
+from judge.protocol import is_stale_failure
 from judge.scheduling import Job, default_workers, grade_all
 from judge.stubs import committed_text, make_stub
 
 CATALOG = kata_names(load_catalog())
-MUTANTS = sorted((ROOT / "tests" / "mutants").glob("*/*.py"))
-VARIANTS = sorted((ROOT / "tests" / "variants").glob("*/*.py"))
+MUTANT_LIST = all_mutants(CATALOG)
+VARIANT_FILES = sorted(VARIANTS.glob("*/*.py"))
 MIN_MUTANTS = 5
+LIMITS = Limits(time_limit=120, test_timeout=60)
+# Slips that show only at some sizes: graded under more seeds, each of which must reject them.
+SIZE_SENSITIVE = ["positional_encoding/angles_in_half_precision"]
+EXTRA_SEEDS = 3
 
 
-def case_id(path: Path) -> str:
+def variant_id(path) -> str:
     return f"{path.parent.name}/{path.stem}"
 
 
 @pytest.fixture(scope="module")
-def verdicts(request) -> dict:
-    """Grade the selected mutants and variants (all, unless -k narrows them) once, in parallel."""
-    paths = [
-        item.callspec.params["path"]
-        for item in request.session.items
-        if hasattr(item, "callspec") and "path" in item.callspec.params
-    ]
-    jobs = [Job(path.parent.name, path) for path in paths]
+def mutant_files(tmp_path_factory) -> dict:
+    """Each mutant's text (its patch applied to the current solution) as a kata file, or the
+    MutantError that says its patch no longer applies."""
+    folder = tmp_path_factory.mktemp("mutants")
+    files = {}
+    for mutant in MUTANT_LIST:
+        path = folder / mutant.kata / f"{mutant.name}.py"
+        path.parent.mkdir(exist_ok=True)
+        try:
+            path.write_text(mutant.source(), encoding="utf-8")
+        except MutantError as error:
+            files[mutant.id] = error
+        else:
+            files[mutant.id] = path
+    return files
+
+
+@pytest.fixture(scope="module")
+def verdicts(request, mutant_files) -> dict:
+    """Grade the selected mutants and variants (all, unless -k narrows them) once, in parallel:
+    mutants up to their first failed test (enough to reject one), variants in full."""
+    chosen = [item.callspec.params for item in request.session.items if hasattr(item, "callspec")]
+    jobs = {
+        m.id: Job(m.kata, mutant_files[m.id], first_failure=True)
+        for p in chosen
+        if (m := p.get("mutant")) and not isinstance(mutant_files[m.id], MutantError)
+    }
+    jobs |= {variant_id(v): Job(v.parent.name, v) for p in chosen if (v := p.get("variant"))}
     results = grade_all(
-        jobs,
+        list(jobs.values()),
         seed=request.config.kata_seed,
         device=request.config.getoption("device"),
-        limits=Limits(time_limit=120, test_timeout=60),
+        limits=LIMITS,
         workers=default_workers(),
         fork=True,  # warm forked children: the same tests and verdicts, a third of the time
     )
-    return dict(zip(paths, results))
+    return dict(zip(jobs, results))
 
 
-def test_every_mutant_and_variant_names_a_kata():
-    strays = [case_id(p) for p in MUTANTS + VARIANTS if p.parent.name not in CATALOG]
+def test_every_variant_names_a_kata():
+    strays = [variant_id(p) for p in VARIANT_FILES if p.parent.name not in CATALOG]
+    assert not strays, f"not in info.toml: {strays}"
+
+
+def test_every_mutant_file_names_a_kata():
+    strays = [p.name for p in MUTANTS.glob("*.toml") if p.stem not in CATALOG]
+    strays += [p.name for p in MUTANTS.iterdir() if p.is_dir() and p.name not in CATALOG]
     assert not strays, f"not in info.toml: {strays}"
 
 
 @pytest.mark.parametrize("kata", CATALOG)
-def test_kata_has_enough_mutants(kata):
-    count = sum(p.parent.name == kata for p in MUTANTS)
-    assert count >= MIN_MUTANTS, f"{kata} has {count} mutants under tests/mutants/{kata}/; keep at least {MIN_MUTANTS}"
+def test_kata_has_enough_mutants_and_a_variant(kata):
+    count = len(load_mutants(kata))
+    assert count >= MIN_MUTANTS, f"{kata} has {count} mutants in tests/mutants/{kata}.toml; keep at least {MIN_MUTANTS}"
+    assert (VARIANTS / kata).is_dir() and any((VARIANTS / kata).glob("*.py")), f"{kata} has no variant"
+
+
+@pytest.mark.parametrize("mutant", [m for m in MUTANT_LIST if m.file], ids=lambda m: m.id)
+def test_a_whole_file_mutant_is_a_rewrite(mutant):
+    """A slip that is a small edit is kept as a patch, so it follows the solution as it changes."""
+    solution = (SOLUTIONS / f"{mutant.kata}.py").read_text().splitlines()
+    changed = sum(1 for line in difflib.ndiff(solution, mutant.source().splitlines()) if line[:1] in "+-")
+    assert changed >= 30, f"{mutant.id} changes {changed} lines of the solution: keep it as [[mutant.edit]] entries"
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("path", MUTANTS, ids=case_id)
-def test_mutant_is_rejected(path, verdicts):
-    verdict = verdicts[path]
-    rejected = ("fail", "forbidden")  # forbidden: a mutant that calls what its kata forbids
-    assert verdict.status in rejected, f"mutant {case_id(path)} was graded {verdict.status!r}, not {rejected}: " + (
+@pytest.mark.parametrize("mutant", MUTANT_LIST, ids=lambda m: m.id)
+def test_mutant_is_rejected(mutant, mutant_files, verdicts):
+    if isinstance(mutant_files[mutant.id], MutantError):
+        raise AssertionError(str(mutant_files[mutant.id]))
+    verdict = verdicts[mutant.id]
+    assert verdict.status == mutant.expect, f"mutant {mutant.id} was graded {verdict.status!r}, not {mutant.expect!r}: " + (
         "it survived, so a test is missing" if verdict.status == "pass" else verdict.message
     )
+    if verdict.status == "fail":
+        assert not all(is_stale_failure(f) for f in verdict.failures), (
+            f"stale mutant {mutant.id}: it fails only with {verdict.failures[0]['error']}, not by its slip; "
+            f"update its patch in tests/mutants/{mutant.kata}.toml: {verdict.message}"
+        )
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("path", VARIANTS, ids=case_id)
-def test_variant_passes(path, verdicts):
-    verdict = verdicts[path]
+@pytest.mark.parametrize("variant", VARIANT_FILES, ids=variant_id)
+def test_variant_passes(variant, verdicts):
+    verdict = verdicts[variant_id(variant)]
     assert verdict.status == "pass", (
-        f"correct variant {case_id(path)} was graded {verdict.status!r}: "
-        f"a test is too strict or wrong. {verdict.message}"
+        f"correct variant {variant_id(variant)} was graded {verdict.status!r}: a test is too strict or wrong. {verdict.message}"
     )
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("mutant_id", SIZE_SENSITIVE)
+def test_a_size_sensitive_mutant_is_rejected_under_every_seed(mutant_id, mutant_files, request):
+    """Random shapes alone let these through on some seeds; the named edge cases must not."""
+    kata = mutant_id.split("/")[0]
+    seeds = [request.config.kata_seed + n for n in range(1, EXTRA_SEEDS + 1)]
+    for seed in seeds:
+        [verdict] = grade_all([Job(kata, mutant_files[mutant_id], first_failure=True)], seed=seed, device="cpu", limits=LIMITS, workers=1, fork=True)
+        assert verdict.status == "fail", f"{mutant_id} survived seed {seed}: {verdict.message}"
 
 
 @pytest.mark.timeout(300)
 def test_generated_stubs_are_graded_todo(tmp_path, request):
     for name in CATALOG:
-        solution = (ROOT / "solutions" / f"{name}.py").read_text(encoding="utf-8")
+        solution = (SOLUTIONS / f"{name}.py").read_text(encoding="utf-8")
         (tmp_path / f"{name}.py").write_text(make_stub(solution), encoding="utf-8")
     jobs = [Job(name, tmp_path / f"{name}.py") for name in CATALOG]
-    results = grade_all(
-        jobs,
-        seed=request.config.kata_seed,
-        device="cpu",
-        limits=Limits(time_limit=120, test_timeout=60),
-        workers=default_workers(),
-        fork=False,
-    )
+    results = grade_all(jobs, seed=request.config.kata_seed, device="cpu", limits=LIMITS, workers=default_workers(), fork=True)
     wrong = {r.name: f"{r.status}: {r.message}" for r in results if r.status != "todo"}
     assert not wrong, f"untouched stubs must be graded 'todo': {wrong}"
 
 
 @pytest.mark.parametrize("kata", CATALOG)
 def test_committed_stub_is_generated_from_the_solution(kata):
-    committed = committed_text(ROOT / "katas" / f"{kata}.py")
+    committed = committed_text(SOLUTIONS.parent / "katas" / f"{kata}.py")
     if committed is None:
         pytest.skip("not in a git checkout with katas/ committed")
-    expected = make_stub((ROOT / "solutions" / f"{kata}.py").read_text(encoding="utf-8"))
+    expected = make_stub((SOLUTIONS / f"{kata}.py").read_text(encoding="utf-8"))
     assert committed == expected, (
         f"katas/{kata}.py as committed differs from the stub generated from "
         f"solutions/{kata}.py; maintainers: run `make stubs` and commit"

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 import os
+from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
 from judge.catalog import Kata
 from judge.errors import UsageError
 from judge.protocol import KataResult
-from judge.reporting import paint
+from judge.reporting import paint, unjudged_lines
 
 
 def stamp(moment: float) -> str:
@@ -77,8 +77,7 @@ def verdict_block(result: KataResult, *, label: str, seed: int, colour: bool, la
             lines.append(f"{indent}it printed: {result.failures[0]['output']!r}")
         if result.status == "fail":
             lines.append(f"{indent}(hidden shapes from seed {seed}: the same until you restart)")
+    if result.status in ("pass", "fail"):
+        lines += [f"{indent}{line}" for line in unjudged_lines([result])]
     return lines
-
-
-# --------------------------------------------------------------------------- watch
 

@@ -22,6 +22,7 @@ from judge.forbidden import NONE, Rules
 from judge.testing import checks
 from judge.testing.tolerances import SINGLE_OP
 
+
 def dtypes(*choices: torch.dtype):
     """Parametrize a test over dtypes, with readable ids: [float32], [bfloat16]."""
     return pytest.mark.parametrize("dtype", choices, ids=lambda d: str(d).removeprefix("torch."))
@@ -99,8 +100,8 @@ class KataSpec:
     kata: its name (info.toml, katas/NAME.py). symbol: the function or class the tests call.
     forbidden: the calls it may not make while its code runs. tolerances: dtype -> {rtol,
     atol} for its results (tight: what an honest implementation in that dtype reaches).
-    cases: its case table. reference: how the expected result is computed, in words (the
-    README and failure messages quote it). benchmark(kata, device) -> (kata call, reference
+    An empty `tolerances` means results are compared exactly. cases: its case table.
+    reference: how the expected result is computed, in words. benchmark(kata, device) -> (kata call, reference
     call) at a realistic size, for the grader's timing."""
 
     kata: str
@@ -110,6 +111,7 @@ class KataSpec:
     tolerances: Mapping = field(default_factory=lambda: SINGLE_OP)
     cases: CaseTable | None = None
     benchmark: Callable | None = None
+    tolerance_note: str = ""  # how the tolerances were set, or what is added to them, for the README
 
     def tolerance(self, dtype: torch.dtype) -> dict:
         return self.tolerances[dtype]
@@ -117,3 +119,23 @@ class KataSpec:
     def assert_close(self, actual, expected: torch.Tensor, *, call: str, what: str = "result", tolerance=None) -> None:
         """checks.assert_close with this kata's tolerance for the expected result's dtype."""
         checks.assert_close(actual, expected, call=call, what=what, tolerance=tolerance or self.tolerance(expected.dtype))
+
+
+DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
+
+
+def tolerance_table(specs: list[KataSpec]) -> str:
+    """The README's table of tolerances, (rtol, atol) per result dtype, from the specs."""
+    rows = [
+        "| kata | float64 | float32 | float16 | bfloat16 | note |",
+        "|---|---|---|---|---|---|",
+    ]
+    for spec in specs:
+        cells = []
+        for dtype in DTYPES:
+            tolerance = spec.tolerances.get(dtype)
+            cells.append(f"{tolerance['rtol']:.2g}, {tolerance['atol']:.2g}" if tolerance else "-")
+        if not spec.tolerances:
+            cells = ["exact"] * len(DTYPES)
+        rows.append(f"| `{spec.kata}` | {' | '.join(cells)} | {spec.tolerance_note} |")
+    return "\n".join(rows)

@@ -1,0 +1,123 @@
+"""Kata files broken in every way a half-written (or too clever) kata can be, each with the
+verdict it must get, by both engines, while the grader goes on to grade the rest.
+
+tests/broken/<kata>/<name>.py; each file's docstring says what it does. The comments
+below name the hole of the engine issue a file proves closed."""
+
+import pytest
+
+from judge.limits import Limits
+from judge.paths import ROOT
+from judge.scheduling import Job, default_workers, grade_all
+from judge.testing.checks import NO_GPU
+
+BROKEN = ROOT / "tests" / "broken"
+EXPECTED = {  # tests/broken/<kata>/<file> -> (status, words its message must contain)
+    "causal_mask/syntax_error": ("error", "SyntaxError"),
+    "causal_mask/raises_at_import": ("error", "IndexError"),
+    "causal_mask/missing_symbol": ("error", "defines no `causal_mask`"),
+    "causal_mask/endless_loop": ("timeout", "per-test limit of 3 s"),
+    "causal_mask/ignores_the_alarm": ("timeout", "per-test limit of 3 s"),  # hole 13: limit held from outside
+    "causal_mask/exits_interpreter": ("crash", "exit code 3"),
+    "causal_mask/segfault": ("crash", "SIGSEGV"),
+    "causal_mask/calls_sys_exit": ("fail", "SystemExit"),
+    "causal_mask/floods_output": ("fail", "printed"),
+    "causal_mask/floods_gigabytes": ("fail", "more than 64 MB of output"),
+    "causal_mask/half_done": ("fail", "only CPU so far"),
+    "causal_mask/skips_like_the_grader": ("fail", "CUDA is not available"),  # hole 1: a kata's skip is no pass
+    "causal_mask/uses_the_reference": ("forbidden", "nn.Transformer.generate_square_subsequent_mask"),
+    "causal_mask/reference_in_a_default_argument": ("forbidden", "generate_square_subsequent_mask"),
+    "causal_mask/materialises_causal_bias": ("forbidden", "torch.nn.attention.bias.causal_upper_left"),
+    "causal_mask/changes_default_dtype": ("fail", "default dtype"),
+    "causal_mask/changes_default_dtype_at_import": ("fail", "importing changes_default_dtype_at_import.py changed"),  # hole 11
+    "causal_mask/allocates_absurd_tensor": ("error", "ran out of memory"),
+    "padding_mask/always_on_the_cpu": ("pass", "all 6 tests passed"),  # hole 2: see test below
+    "scaled_dot_product_attention/calls_sdpa": ("forbidden", "F.scaled_dot_product_attention"),
+    "scaled_dot_product_attention/calls_sdpa_by_alias": ("forbidden", "F.scaled_dot_product_attention"),
+    "scaled_dot_product_attention/calls_aten_sdpa": ("forbidden", "scaled_dot_product_attention"),
+    "scaled_dot_product_attention/calls_mha_forward": ("forbidden", "multi_head_attention_forward"),  # hole 10
+    "scaled_dot_product_attention/calls_native_mha": ("forbidden", "_native_multi_head_attention"),  # hole 10
+    "scaled_dot_product_attention/disables_torch_function": ("forbidden", "DisableTorchFunction"),
+    "scaled_dot_product_attention/disables_modes": ("forbidden", "_python_dispatch"),
+    "scaled_dot_product_attention/swallows_the_refusal": ("forbidden", "F.scaled_dot_product_attention"),
+    "scaled_dot_product_attention/returns_nan": ("fail", "contains NaN at index"),
+    "scaled_dot_product_attention/modifies_query_in_place": ("fail", "modified its `query` argument in place"),
+    "multi_head_attention/calls_mha_forward": ("forbidden", "multi_head_attention_forward"),
+    "encoder_layer/borrows_pytorch_feed_forward": ("forbidden", "nn.TransformerEncoderLayer._ff_block"),  # hole 12
+    "attention_backward/calls_grad_fn_by_hand": ("forbidden", "records an autograd graph"),  # hole 9
+    "attention_backward/engine_by_computed_name": ("forbidden", "records an autograd graph"),  # hole 9
+    "attention_backward/softmax_backward_kernel": ("forbidden", "_softmax_backward_data"),  # hole 9
+    "attention_function/backward_calls_autograd": ("forbidden", "autograd"),  # hole 3
+}
+SHORT = ("causal_mask/endless_loop", "causal_mask/ignores_the_alarm")  # graded with a 3 s per-test limit
+# Also graded by the process engine, which must agree: every way a process can end.
+BOTH_ENGINES = (
+    "causal_mask/syntax_error",
+    "causal_mask/endless_loop",
+    "causal_mask/ignores_the_alarm",
+    "causal_mask/exits_interpreter",
+    "causal_mask/segfault",
+    "causal_mask/skips_like_the_grader",
+    "causal_mask/floods_gigabytes",
+    "causal_mask/allocates_absurd_tensor",
+)
+
+
+def grade(names, seed: int, *, fork: bool) -> dict:
+    """Each file up to its first failed test: its verdict is settled there."""
+    verdicts = {}
+    for short in (True, False):
+        chosen = [name for name in names if (name in SHORT) == short]
+        results = grade_all(
+            [Job(name.split("/")[0], BROKEN / f"{name}.py", first_failure=EXPECTED[name][0] != "pass") for name in chosen],
+            seed=seed,
+            device="cpu",
+            limits=Limits(time_limit=120, test_timeout=3 if short else 30),
+            workers=default_workers(),
+            fork=fork,
+        )
+        verdicts.update(zip(chosen, results))
+    return verdicts
+
+
+@pytest.fixture(scope="module")
+def verdicts(request) -> dict:
+    return grade(list(EXPECTED), request.config.kata_seed, fork=True)
+
+
+@pytest.fixture(scope="module")
+def process_verdicts(request) -> dict:
+    return grade(list(BOTH_ENGINES), request.config.kata_seed, fork=False)
+
+
+def test_every_broken_file_has_an_expected_verdict():
+    assert sorted(f"{p.parent.name}/{p.stem}" for p in BROKEN.glob("*/*.py")) == sorted(EXPECTED)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", EXPECTED)
+def test_broken_kata_gets_the_right_verdict(name, verdicts):
+    status, words = EXPECTED[name]
+    verdict = verdicts[name]
+    assert (verdict.status, words in verdict.message) == (status, True), (
+        f"{name}: got {verdict.status!r} with message {verdict.message!r}; expected {status!r} mentioning {words!r}"
+    )
+    assert len(verdict.message) < 1500, "messages are truncated"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", BOTH_ENGINES)
+def test_the_process_engine_gives_the_same_verdict(name, verdicts, process_verdicts):
+    fork, process = verdicts[name], process_verdicts[name]
+    assert (process.status, process.passed, process.total, process.message) == (fork.status, fork.passed, fork.total, fork.message), (
+        f"{name}: fork engine {fork.status} ({fork.message}); process engine {process.status} ({process.message})"
+    )
+
+
+@pytest.mark.timeout(300)
+def test_a_device_check_this_machine_cannot_decide_is_reported_not_passed(verdicts):
+    """Hole 2: on the "meta" stand-in for a GPU, a kata that reads tensor values cannot be
+    judged; the check is left out of the count and listed, never passed."""
+    verdict = verdicts["padding_mask/always_on_the_cpu"]
+    assert verdict.total == 6 and verdict.passed == 6, verdict
+    assert [u["reason"] for u in verdict.unjudged] == [NO_GPU], verdict.unjudged
