@@ -26,8 +26,10 @@ from judge.protocol import KataResult, Timing, read_events
 from judge.verdicts import classify
 
 # pytest's options for every kata process: no cache files, no plugin but ours (a user's own
-# Python may carry plugins that reorder or skip tests), our own addopts only.
-PYTEST_FLAGS = ("-p", "no:cacheprovider", "-o", "addopts=", "-q")
+# Python may carry plugins that reorder or skip tests), our own addopts only, and one-line
+# tracebacks: the plugin writes each failure's message itself, and pytest's long ones
+# (parsing every file on the stack) cost a stub with 30 failing tests a second.
+PYTEST_FLAGS = ("-p", "no:cacheprovider", "-o", "addopts=", "-q", "--tb=line")
 
 # What a kata's tests import on their first run, imported once by a warm process so each
 # forked grade starts warm. torch.fx.experimental.symbolic_shapes and torch._dynamo are
@@ -43,6 +45,7 @@ WARM_MODULES = (
     "torch.utils._python_dispatch",
     "torch.fx.experimental.symbolic_shapes",
     "torch._dynamo",
+    "torch.nn.attention.bias",
     "pytest",
     "judge.plugin",
     "judge.timing",

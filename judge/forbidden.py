@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import ast
 import functools
+import importlib
 import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.attention.bias
 import torch.nn.modules.transformer
 from torch import nn
 from torch.overrides import TorchFunctionMode
@@ -38,7 +38,9 @@ class ForbiddenCallError(Exception):
     """The kata called something its task forbids. The grader's verdict: forbidden."""
 
 
-Site = tuple[object, str, str]  # (owner, attribute, the name shown to the learner)
+# (owner, attribute, the name shown to the learner); an owner given as "module:Class" is
+# imported only when a guard needs it (torch.nn.attention.bias pulls in torch._dynamo).
+Site = tuple[object, str, str]
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,7 @@ AUTOGRAD = Rules(
     no_graph=True,
     why="this kata asks you to derive the gradients by hand",
 )
-_CAUSAL_BIAS = torch.nn.attention.bias.CausalBias
+_CAUSAL_BIAS = "torch.nn.attention.bias:CausalBias"
 CAUSAL_MASK = Rules(
     code=(
         (nn.Transformer, "generate_square_subsequent_mask", "nn.Transformer.generate_square_subsequent_mask"),
@@ -168,12 +170,38 @@ def refuse_escape_hatches(path: Path, kata_name: str) -> None:
         )
 
 
+def _resolve(owner):
+    if not isinstance(owner, str):
+        return owner
+    module, _, name = owner.partition(":")
+    return functools.reduce(getattr, name.split("."), importlib.import_module(module))
+
+
 def _function_of(raw):
     return raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
 
 
 def _raw(owner, attribute: str):
+    owner = _resolve(owner)
     return vars(owner).get(attribute) if isinstance(owner, type) else getattr(owner, attribute, None)
+
+
+@functools.lru_cache(maxsize=4096)
+def _kernel_hit(kernels: tuple[str, ...], func) -> bool:
+    """Whether a torch function's name contains a forbidden kernel's (cached: str(func) is slow)."""
+    text = str(func)
+    return any(k in text for k in kernels)
+
+
+@functools.lru_cache(maxsize=64)
+def _forbidden_codes(sites: tuple[Site, ...]) -> dict:
+    """The code objects of the `code` rules' functions -> the name shown."""
+    codes = {}
+    for owner, attribute, shown in sites:
+        raw = _raw(owner, attribute)
+        if raw is not None:
+            codes[_function_of(raw).__code__] = shown
+    return codes
 
 
 class _State(threading.local):
@@ -193,7 +221,7 @@ class _FunctionNet(TorchFunctionMode):
         name = getattr(func, "__name__", "") or str(func)
         if name in rules.functions:
             guard.trip(f"F.{name}")
-        if rules.kernels and any(k in str(func) for k in rules.kernels):
+        if rules.kernels and _kernel_hit(rules.kernels, func):
             guard.trip(f"torch.{name}" if getattr(func, "__name__", "") else str(func))
         if guard.codes:
             guard.check_stack(sys._getframe(1))
@@ -228,7 +256,7 @@ class Guard:
         self.undo: list = []
         self.nets: list = []
         self.entry = None
-        self.codes = {_function_of(_raw(owner, attr)).__code__: shown for owner, attr, shown in rules.code if _raw(owner, attr)}
+        self.codes = _forbidden_codes(rules.code)
 
     def message(self, name: str) -> str:
         action = name if name.startswith("records ") else f"calls {name}"
@@ -272,6 +300,7 @@ class Guard:
 
     def _patch(self):
         for owner, attribute, shown in self.rules.python:
+            owner = _resolve(owner)
             raw = _raw(owner, attribute)
             if raw is None:
                 continue

@@ -162,8 +162,9 @@ def test_backward_called_directly_returns_one_gradient_per_input(kata, rng, gen)
 
 
 def test_gradcheck_passes_in_float64(kata, rng, gen):
-    """Finite differences against the backward, on small float64 inputs."""
-    for index, case in enumerate(SPEC.cases.cases(rng)):
+    """Finite differences against the backward, on small float64 inputs (the random draws:
+    the edge cases run in the other tests)."""
+    for index, case in enumerate(SPEC.cases.random(rng)):
         with case.judged():
             # small enough for finite differences: at most 3 x 4 x 5 x 4 x 3 (B, L, S, E, Ev)
             case = case | {"lead": [min(b, 3) for b in case["lead"][:1]]}
@@ -177,7 +178,7 @@ def test_gradcheck_passes_in_float64(kata, rng, gen):
                 return kata.AttentionFunction.apply(q, k, v, is_causal, scale)
 
             try:
-                torch.autograd.gradcheck(function, leaves)
+                torch.autograd.gradcheck(function, leaves, fast_mode=True)
             except GradcheckError as error:
                 first = str(error).strip().splitlines()[0].rstrip(",")
                 which = re.search(r"with respect to input (\d)", first)

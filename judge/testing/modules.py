@@ -22,6 +22,7 @@ from torch import nn
 
 from judge.testing.checks import (
     assert_close,
+    assert_raises_value_error,
     call_and_check_inputs,
     call_on_device,
     call_repr,
@@ -81,7 +82,7 @@ EDGES = (
     edge("head size 1", B=2, L=4, S=6, E=3, H=3, F=5),
     edge("odd head size, more queries than keys", B=2, L=7, S=3, E=10, H=2, F=13),
 )
-CASES = CaseTable(draw=hidden_sizes, edges=EDGES, draws=3)
+CASES = CaseTable(draw=hidden_sizes, edges=EDGES, draws=2)
 
 
 def with_causal(mask: torch.Tensor | None, L: int, S: int) -> torch.Tensor:
@@ -353,3 +354,38 @@ def check_dropout_in_train_mode(mk: ModuleKata, built: Built, inputs: dict, seed
         first = mk.outputs(built.module(*inputs.values()), built.name, {})["output"]
         second = mk.outputs(built.module(*inputs.values()), built.name, {})["output"]
     assert_dropout_is_active(first, second, call=call_repr(built.name.removesuffix(".eval()") + ".train()", *inputs.values()))
+
+
+def check_heads_must_divide(mk: ModuleKata, kata, rng, width: str, heads: str, **extra) -> None:
+    """The learner's constructor raises ValueError when `width` is not divisible by `heads`;
+    `extra` keyword values may be functions of the width."""
+    H = rng.randint(2, 6)
+    E = H * rng.randint(2, 6) + rng.randint(1, H - 1)
+    keywords = {name: value(E) if callable(value) else value for name, value in extra.items()}
+    assert_raises_value_error(
+        lambda: getattr(kata, mk.cls)(E, H, **keywords),
+        call=module_repr(mk.cls, **{width: E, heads: H}, **keywords),
+        reason=f"{width} {E} cannot be split evenly into {H} heads",
+    )
+
+
+NON_DEFAULT_EPS = (1e-3, 4e-3, 1e-2)
+
+
+def layer_options(rng, case, *, defaults: bool = False, dropout: float = 0.0, **chosen) -> dict:
+    """The options of a kata mirroring nn.TransformerEncoderLayer or DecoderLayer. Unless
+    `defaults`: dim_feedforward, layer_norm_eps (never PyTorch's default) and dropout are
+    always passed, and norm_first, activation and bias are `chosen` or drawn at random.
+    With `defaults` none is passed: the kata's own defaults must be PyTorch's."""
+    if defaults:
+        return {}
+    options = {
+        "dim_feedforward": case["F"],
+        "dropout": dropout,
+        "activation": chosen.get("activation", rng.choice(["relu", "gelu"])),
+        "layer_norm_eps": rng.choice(NON_DEFAULT_EPS),
+        "norm_first": chosen.get("norm_first", rng.random() < 0.5),
+    }
+    if not chosen.get("bias", rng.random() < 0.7):
+        options["bias"] = False
+    return options
