@@ -98,7 +98,13 @@ class ProcessEngine:
         with tempfile.TemporaryDirectory(prefix=f"kata-{name}-") as scratch:
             results, log = Path(scratch) / "results.jsonl", Path(scratch) / "output.log"
             args = pytest_args(
-                name, path, seed=seed, device=self.device, results=results, limits=self.limits, first_failure=first_failure
+                name,
+                path,
+                seed=seed,
+                device=self.device,
+                results=results,
+                limits=self.limits,
+                first_failure=first_failure,
             )
             end = self.run(args, log, results, self.limits.time_limit, self.limits.test_timeout)
             return classify(name, read_events(results), end, crash_details(log, path), self.limits)
@@ -107,7 +113,9 @@ class ProcessEngine:
         """Time a passing kata against its reference: result.timing gets the figures, or an error."""
         with tempfile.TemporaryDirectory(prefix=f"kata-timing-{result.name}-") as scratch:
             results, log = Path(scratch) / "results.jsonl", Path(scratch) / "output.log"
-            args = pytest_args(result.name, path, seed=0, device=self.device, results=results, limits=self.limits, timing=True)
+            args = pytest_args(
+                result.name, path, seed=0, device=self.device, results=results, limits=self.limits, timing=True
+            )
             end = self.run(args, log, None, self.limits.timing_limit(), None)
             timing = next((e.timing for e in read_events(results) if isinstance(e, Timing)), None)
             if timing is not None:
@@ -117,10 +125,17 @@ class ProcessEngine:
             else:
                 result.timing = {"error": f"timing failed: {log_tail(log)}"}
 
-    def run(self, args: list[str], log: Path, events: Path | None, time_limit: float, test_timeout: float | None) -> ProcessEnd:
+    def run(
+        self, args: list[str], log: Path, events: Path | None, time_limit: float, test_timeout: float | None
+    ) -> ProcessEnd:
         return run_process(
-            [sys.executable, "-m", "pytest", *args], cwd=ROOT, env=kata_env(self.threads), log_path=log,
-            time_limit=time_limit, test_timeout=test_timeout, events=events,
+            [sys.executable, "-m", "pytest", *args],
+            cwd=ROOT,
+            env=kata_env(self.threads),
+            log_path=log,
+            time_limit=time_limit,
+            test_timeout=test_timeout,
+            events=events,
         )
 
 
@@ -171,7 +186,9 @@ class ForkEngine(ProcessEngine):
             return False
         return True
 
-    def run(self, args: list[str], log: Path, events: Path | None, time_limit: float, test_timeout: float | None) -> ProcessEnd:
+    def run(
+        self, args: list[str], log: Path, events: Path | None, time_limit: float, test_timeout: float | None
+    ) -> ProcessEnd:
         self.prepare()
         if not self.fork_is_safe():
             return super().run(args, log, events, time_limit, test_timeout)
@@ -182,15 +199,19 @@ class ForkEngine(ProcessEngine):
             return int(pytest.main(args))
 
         return run_forked(
-            child, cwd=ROOT, env=kata_env(self.threads), log_path=log, time_limit=time_limit,
-            test_timeout=test_timeout, events=events,
+            child,
+            cwd=ROOT,
+            env=kata_env(self.threads),
+            log_path=log,
+            time_limit=time_limit,
+            test_timeout=test_timeout,
+            events=events,
         )
 
 
 def make_engine(kind: str = "auto", **options) -> ProcessEngine:
-    """"fork" where the platform allows it (Linux), else "process"; KATAS_ENGINE overrides."""
+    """ "fork" where the platform allows it (Linux), else "process"; KATAS_ENGINE overrides."""
     kind = os.environ.get("KATAS_ENGINE") or kind
     if kind == "process" or not hasattr(os, "fork") or not sys.platform.startswith("linux"):
         return ProcessEngine(**options)
     return ForkEngine(**options)
-

@@ -375,11 +375,17 @@ def guarded(symbol, rules: Rules, kata_name: str, namespace: dict, kata_file: st
                 with Guard(rules, kata_name, namespace, kata_file):
                     return super().__call__(*args, **kwargs)
 
-        Guarded.__name__, Guarded.__qualname__, Guarded.__module__ = symbol.__name__, symbol.__qualname__, symbol.__module__
+        Guarded.__name__, Guarded.__qualname__, Guarded.__module__ = (
+            symbol.__name__,
+            symbol.__qualname__,
+            symbol.__module__,
+        )
         return Guarded
     if isinstance(symbol, type) and issubclass(symbol, torch.autograd.Function):
         steps = ["forward", "backward"] + [
-            name for name in ("setup_context", "vjp", "jvp") if _function_of(getattr(symbol, name)) is not _function_of(getattr(torch.autograd.Function, name))
+            name
+            for name in ("setup_context", "vjp", "jvp")
+            if _function_of(getattr(symbol, name)) is not _function_of(getattr(torch.autograd.Function, name))
         ]
         overrides = {name: staticmethod(under_guard(getattr(symbol, name))) for name in steps}
         overrides |= {"__module__": symbol.__module__, "__qualname__": symbol.__qualname__}

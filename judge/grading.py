@@ -48,13 +48,19 @@ def parse_grade_args(argv: list[str], catalog: list[Kata]) -> argparse.Namespace
         help="what to grade: a folder of files named like the katas (katas, the default; solutions; any folder), "
         "or one kata file",
     )
-    parser.add_argument("--kata", action="append", metavar="NAME", help=f"grade only this kata (repeatable): {', '.join(names)}")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: CPU, and CUDA too when available")
+    parser.add_argument(
+        "--kata", action="append", metavar="NAME", help=f"grade only this kata (repeatable): {', '.join(names)}"
+    )
+    parser.add_argument(
+        "--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: CPU, and CUDA too when available"
+    )
     parser.add_argument("--no-timing", action="store_true", help="skip timing passing katas against PyTorch")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     parser.add_argument("--seed", type=int, help="replay the hidden shapes of an earlier run")
     parser.add_argument("--jobs", type=int, default=default_workers(), help="katas graded at once")
-    parser.add_argument("--time-limit", type=float, default=DEFAULT.time_limit, help="wall-clock seconds allowed per kata")
+    parser.add_argument(
+        "--time-limit", type=float, default=DEFAULT.time_limit, help="wall-clock seconds allowed per kata"
+    )
     parser.add_argument("--test-timeout", type=float, default=DEFAULT.test_timeout, help="seconds allowed per test")
     parser.add_argument(
         "--engine",
@@ -97,7 +103,9 @@ def check_dependencies() -> None:
 
 
 def cuda_available() -> bool:
-    probe = subprocess.run([sys.executable, "-c", "import sys, torch; sys.exit(not torch.cuda.is_available())"], capture_output=True)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys, torch; sys.exit(not torch.cuda.is_available())"], capture_output=True
+    )
     return probe.returncode == 0
 
 
@@ -116,7 +124,9 @@ def grade_command(argv: list[str]) -> int:
     paths = {name: args.impl_dir / f"{name}.py" for name in args.names}
     fork = use_fork(args.engine)
     jobs = [Job(name, path) for name, path in paths.items()]
-    results = grade_all(jobs, seed=seed, device=args.device, limits=limits, workers=min(args.jobs, len(jobs)), fork=fork)
+    results = grade_all(
+        jobs, seed=seed, device=args.device, limits=limits, workers=min(args.jobs, len(jobs)), fork=fork
+    )
     if not args.no_timing:
         try:
             time_all(results, paths, device=args.device, limits=limits, fork=fork)
@@ -153,7 +163,10 @@ def stubs_command(argv: list[str]) -> int:
     for path in written:
         print(f"wrote {path.relative_to(ROOT)}")
     for path in stale:
-        print(f"{path.relative_to(ROOT)} differs from the stub generated from solutions/" + (" (edited: left alone)" if args.write else ""))
+        print(
+            f"{path.relative_to(ROOT)} differs from the stub generated from solutions/"
+            + (" (edited: left alone)" if args.write else "")
+        )
     return 1 if stale else 0
 
 

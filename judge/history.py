@@ -74,7 +74,9 @@ def grade_record(result: KataResult, *, source: str, seed: int, sha: str | None,
     return record
 
 
-def record_check(results: list[KataResult], impl_dir: Path, seed: int, source: str = "check", places: Places | None = None) -> None:
+def record_check(
+    results: list[KataResult], impl_dir: Path, seed: int, source: str = "check", places: Places | None = None
+) -> None:
     """Record `make check`/`make grade` verdicts of the learner's own katas/ in the history
     (results of other folders, such as solutions/, are not the learner's)."""
     places = places or Places.default()

@@ -90,7 +90,12 @@ def run_process(
     flood of output can neither block the grader nor reach its table)."""
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+            command,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
             start_new_session=True,
         )
     end = supervise(process.pid, time_limit=time_limit, test_timeout=test_timeout, events=events)

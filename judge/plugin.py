@@ -34,13 +34,21 @@ NO_CUDA = "CUDA is not available"
 
 def pytest_addoption(parser):
     group = parser.getgroup("katas", "Transformer Katas")
-    group.addoption("--impl", default="katas", help="folder of kata files to test (katas, solutions or any folder), or one kata file")
+    group.addoption(
+        "--impl",
+        default="katas",
+        help="folder of kata files to test (katas, solutions or any folder), or one kata file",
+    )
     group.addoption("--seed", type=int, default=None, help="replay the hidden shapes of an earlier run")
-    group.addoption("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: CPU, plus CUDA when available")
+    group.addoption(
+        "--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: CPU, plus CUDA when available"
+    )
     group.addoption("--results", default=None, help="(grader) append one JSON line per event to this file")
     group.addoption("--memory-limit-mb", type=int, default=0, help="(grader) address-space limit on CPU-only runs")
     group.addoption("--output-limit-mb", type=int, default=0, help="(grader) limit on bytes written to files")
-    group.addoption("--kata-timing", action="store_true", help="(grader) time the kata against its reference; run no test")
+    group.addoption(
+        "--kata-timing", action="store_true", help="(grader) time the kata against its reference; run no test"
+    )
     group.addoption("--timing-rounds", type=int, default=9, help="(grader) interleaved timing rounds")
 
 
@@ -88,7 +96,9 @@ def pytest_generate_tests(metafunc):
     if "device" in metafunc.fixturenames:
         choice = metafunc.config.getoption("device")
         devices = [choice] if choice != "auto" else ["cpu", "cuda"]
-        metafunc.parametrize("device", [pytest.param(d, marks=pytest.mark.kata_cuda) if d == "cuda" else d for d in devices])
+        metafunc.parametrize(
+            "device", [pytest.param(d, marks=pytest.mark.kata_cuda) if d == "cuda" else d for d in devices]
+        )
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -149,8 +159,7 @@ def gen(seed) -> torch.Generator:
 def pytest_runtest_makereport(item, call):
     report = yield
     if call.excinfo is not None and call.excinfo.errisinstance(Inconclusive):
-        report.kata_outcome = Outcome.INCONCLUSIVE
-        report.kata_error = (None, None, str(call.excinfo.value.msg))
+        report.kata_inconclusive = str(call.excinfo.value.msg)
     elif report.failed:
         report.sections.append(("kata seed", f"replay with --seed {item.config.kata_seed}"))
         if call.excinfo is not None:
@@ -198,7 +207,12 @@ def describe_error(item, excinfo) -> tuple[ErrorKind, str, str]:
     lines = [line for line in frames if line is not None]
     kind = error_kind(error, frames)
     name = type(error).__name__
-    plain = kind in (ErrorKind.MISMATCH, ErrorKind.LOAD, ErrorKind.FORBIDDEN, ErrorKind.STATE)  # written to be read as is
+    plain = kind in (
+        ErrorKind.MISMATCH,
+        ErrorKind.LOAD,
+        ErrorKind.FORBIDDEN,
+        ErrorKind.STATE,
+    )  # written to be read as is
     text = str(error) if plain else f"{name}: {error}".rstrip(": ")
     if lines and not plain:
         spec = item.module.SPEC
@@ -235,10 +249,12 @@ class ResultWriter:
         outcome = self.outcomes.setdefault(report.nodeid, {"outcome": Outcome.PASSED})
         if outcome["outcome"] != Outcome.PASSED:
             return  # the first thing that went wrong is what the learner needs
-        if getattr(report, "kata_outcome", None) == Outcome.INCONCLUSIVE:
-            outcome.update(outcome=Outcome.INCONCLUSIVE, message=report.kata_error[2])
+        if hasattr(report, "kata_inconclusive"):
+            outcome.update(outcome=Outcome.INCONCLUSIVE, message=report.kata_inconclusive)
         elif report.failed:
-            kind, error, message = getattr(report, "kata_error", (ErrorKind.RAISED, "Error", report.longreprtext[-MESSAGE_LIMIT:]))
+            kind, error, message = getattr(
+                report, "kata_error", (ErrorKind.RAISED, "Error", report.longreprtext[-MESSAGE_LIMIT:])
+            )
             outcome.update(outcome=Outcome.FAILED, kind=kind, error=error, message=message)
             printed = report.capstdout + report.capstderr
             if printed:  # what the kata printed, truncated: enough to debug, never a flood
@@ -268,15 +284,13 @@ def pytest_runtestloop(session):
     from judge.timing import measure
 
     spec = session.items[0].module.SPEC if session.items else None
-    results = config.getoption("results")
-    if spec is None or spec.benchmark is None or not results:
+    writer = config.pluginmanager.get_plugin("kata-results")
+    if spec is None or spec.benchmark is None or writer is None:
         raise pytest.UsageError("--kata-timing needs --results and one kata's test module with a benchmark")
     module = load_kata(impl_path(config, spec.kata), spec.symbol)
     restore_torch_state(config.torch_baseline, when=f"importing {spec.kata}")
     choice = config.getoption("device")
     devices = ["cuda"] if choice == "cuda" else ["cpu"] + (["cuda"] if choice == "auto" and cuda_usable(config) else [])
     timing = measure(spec.benchmark, module, devices, rounds=config.getoption("timing_rounds"))
-    writer = EventWriter(Path(results))
-    writer.write(Timing(timing=timing))
-    writer.close()
+    writer.events.write(Timing(timing=timing))
     return True

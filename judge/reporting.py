@@ -48,11 +48,14 @@ def table(results: list[KataResult], *, impl: str, seed: int, colour: bool, timi
     width = max([len(r.name) for r in results] + [4])
     lines = [f"Grading {impl} (seed {seed})", ""]
     lines.append(
-        f"{'kata':<{width}}  {'status':<9} {'score':>5}  {'tests':>7}  " + ("time vs PyTorch (kata / reference)" if timing else "")
+        f"{'kata':<{width}}  {'status':<9} {'score':>5}  {'tests':>7}  "
+        + ("time vs PyTorch (kata / reference)" if timing else "")
     )
     for r in results:
         status = paint(f"{r.status:<9}", r.status, colour)
-        lines.append(f"{r.name:<{width}}  {status} {r.score:>5.0%}  {r.passed:>3}/{r.total:<3}  {format_timing(r.timing)}".rstrip())
+        lines.append(
+            f"{r.name:<{width}}  {status} {r.score:>5.0%}  {r.passed:>3}/{r.total:<3}  {format_timing(r.timing)}".rstrip()
+        )
     lines.append("")
     for r in results:
         if r.status not in (Status.PASS, Status.TODO):

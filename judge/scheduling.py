@@ -51,7 +51,11 @@ class Server:
         command = [sys.executable, str(ROOT / "grader.py"), "_serve", "--device", device]
         command += ["--time-limit", str(limits.time_limit), "--test-timeout", str(limits.test_timeout)]
         self.process = subprocess.Popen(
-            command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            command,
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
             env=kata_env(threads),
         )
         self.buffer = b""
@@ -80,7 +84,13 @@ class Server:
         return line
 
     def grade(self, job: Job, seed: int) -> KataResult:
-        request = {"op": "grade", "name": job.name, "path": str(job.path), "seed": seed, "first_failure": job.first_failure}
+        request = {
+            "op": "grade",
+            "name": job.name,
+            "path": str(job.path),
+            "seed": seed,
+            "first_failure": job.first_failure,
+        }
         answer = self.ask(request, self.limits.time_limit + 30)
         return KataResult.from_json(answer)
 
@@ -100,7 +110,9 @@ def serve(device: str, limits: Limits, requests, answers) -> None:
     for line in requests:
         request = json.loads(line)
         if request["op"] == "grade":
-            result = engine.grade(request["name"], Path(request["path"]), request["seed"], first_failure=request["first_failure"])
+            result = engine.grade(
+                request["name"], Path(request["path"]), request["seed"], first_failure=request["first_failure"]
+            )
             answer = result.to_json(internal=True)
         else:
             result = KataResult(request["name"], Status.PASS, 1.0, 0, 0, "")

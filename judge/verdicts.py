@@ -37,13 +37,23 @@ def classify(name: str, events: list[Event], end: ProcessEnd, tail: str, limits:
     failures = [r for r in judged if r.outcome != Outcome.PASSED]
     total = len(tests) - len(inconclusive)
     passed = len(judged) - len(failures)
-    unjudged = [{"name": test_name, "reason": reason} for test_name, reason in (collected.unavailable.values() if collected else [])]
+    unjudged = [
+        {"name": test_name, "reason": reason}
+        for test_name, reason in (collected.unavailable.values() if collected else [])
+    ]
     unjudged += [{"name": r.name, "reason": r.message} for r in inconclusive]
 
     def result(status: Status, message: str, internal: bool = False) -> KataResult:
         score = passed / total if total > 0 else 0.0
         return KataResult(
-            name, status, score, passed, total, message, [failure_record(f) for f in failures], unjudged,
+            name,
+            status,
+            score,
+            passed,
+            total,
+            message,
+            [failure_record(f) for f in failures],
+            unjudged,
             internal_error=internal,
         )
 
@@ -54,7 +64,8 @@ def classify(name: str, events: list[Event], end: ProcessEnd, tail: str, limits:
     during = f" during '{running}'" if running else ""
     if end.timed_out:
         return result(
-            Status.TIMEOUT, f"stopped after {limits.time_limit:g} s of wall-clock time{during}: an endless loop, or far too slow?"
+            Status.TIMEOUT,
+            f"stopped after {limits.time_limit:g} s of wall-clock time{during}: an endless loop, or far too slow?",
         )
     if end.overran is not None:
         where = tests.get(end.overran, end.overran)
@@ -69,11 +80,18 @@ def classify(name: str, events: list[Event], end: ProcessEnd, tail: str, limits:
     if collected is None:
         if finished:
             return result(Status.ERROR, f"the tests of {name} could not be collected (a grader bug): {tail}", True)
-        return result(Status.CRASH, f"the test process died before running any test ({exit_reason(end.returncode)}): {tail}")
+        return result(
+            Status.CRASH, f"the test process died before running any test ({exit_reason(end.returncode)}): {tail}"
+        )
     if not finished or (len(reports) < len(tests) and not stopped):
-        return result(Status.CRASH, f"the test process died{during} ({exit_reason(end.returncode)})" + (f": {tail}" if tail else ""))
+        return result(
+            Status.CRASH,
+            f"the test process died{during} ({exit_reason(end.returncode)})" + (f": {tail}" if tail else ""),
+        )
     if flood := first(ErrorKind.OUTPUT_LIMIT):
-        return result(Status.FAIL, f"{flood.name}: the kata printed more than {limits.output_mb} MB of output; print less")
+        return result(
+            Status.FAIL, f"{flood.name}: the kata printed more than {limits.output_mb} MB of output; print less"
+        )
     if memory := first(ErrorKind.OUT_OF_MEMORY):
         return result(
             Status.ERROR,
@@ -84,7 +102,11 @@ def classify(name: str, events: list[Event], end: ProcessEnd, tail: str, limits:
     if passed == 0 and failures and all(f.kind == ErrorKind.NOT_IMPLEMENTED for f in failures):
         return result(Status.TODO, "not started: the stub still raises NotImplementedError")
     if not failures:  # every judged test passed, yet pytest said otherwise, or nothing was judged
-        reason = "no test could be judged on this machine" if total <= 0 else f"pytest exited with status {end.returncode} although no test failed"
+        reason = (
+            "no test could be judged on this machine"
+            if total <= 0
+            else f"pytest exited with status {end.returncode} although no test failed"
+        )
         return result(Status.ERROR, f"{reason}: {tail}", True)
     head = failures[0]
     return result(Status.FAIL, f"{len(failures)} of {total} tests failed; first: {head.name}: {head.message}")

@@ -29,7 +29,10 @@ EXPECTED = {  # tests/broken/<kata>/<file> -> (status, words its message must co
     "causal_mask/reference_in_a_default_argument": ("forbidden", "generate_square_subsequent_mask"),
     "causal_mask/materialises_causal_bias": ("forbidden", "torch.nn.attention.bias.causal_upper_left"),
     "causal_mask/changes_default_dtype": ("fail", "default dtype"),
-    "causal_mask/changes_default_dtype_at_import": ("fail", "importing changes_default_dtype_at_import.py changed"),  # hole 11
+    "causal_mask/changes_default_dtype_at_import": (
+        "fail",
+        "importing changes_default_dtype_at_import.py changed",
+    ),  # hole 11
     "causal_mask/allocates_absurd_tensor": ("error", "ran out of memory"),
     "padding_mask/always_on_the_cpu": ("pass", "all 6 tests passed"),  # hole 2: see test below
     "scaled_dot_product_attention/calls_sdpa": ("forbidden", "F.scaled_dot_product_attention"),
@@ -69,7 +72,10 @@ def grade(names, seed: int, *, fork: bool) -> dict:
     for short in (True, False):
         chosen = [name for name in names if (name in SHORT) == short]
         results = grade_all(
-            [Job(name.split("/")[0], BROKEN / f"{name}.py", first_failure=EXPECTED[name][0] != "pass") for name in chosen],
+            [
+                Job(name.split("/")[0], BROKEN / f"{name}.py", first_failure=EXPECTED[name][0] != "pass")
+                for name in chosen
+            ],
             seed=seed,
             device="cpu",
             limits=Limits(time_limit=120, test_timeout=3 if short else 30),
@@ -109,9 +115,12 @@ def test_broken_kata_gets_the_right_verdict(name, verdicts):
 @pytest.mark.parametrize("name", BOTH_ENGINES)
 def test_the_process_engine_gives_the_same_verdict(name, verdicts, process_verdicts):
     fork, process = verdicts[name], process_verdicts[name]
-    assert (process.status, process.passed, process.total, process.message) == (fork.status, fork.passed, fork.total, fork.message), (
-        f"{name}: fork engine {fork.status} ({fork.message}); process engine {process.status} ({process.message})"
-    )
+    assert (process.status, process.passed, process.total, process.message) == (
+        fork.status,
+        fork.passed,
+        fork.total,
+        fork.message,
+    ), f"{name}: fork engine {fork.status} ({fork.message}); process engine {process.status} ({process.message})"
 
 
 @pytest.mark.timeout(300)

@@ -218,7 +218,9 @@ def test_results_follow_the_device_of_the_inputs(kata, rng, gen, other_device):
     case = CASES.random(rng)[1]
     built = build(kata, gen, rng, case, device=other_device)
     padding = padding_mask(gen, case["B"], case["L"], right_only=True).to(other_device)
-    modules.check_on_device(BLOCK, built, case, inputs(gen, case, device=other_device), other_device, key_padding_mask=padding)
+    modules.check_on_device(
+        BLOCK, built, case, inputs(gen, case, device=other_device), other_device, key_padding_mask=padding
+    )
 
 
 def test_prints_nothing(kata, rng, gen, capfd):

@@ -66,7 +66,9 @@ def reference_forward(reference, inputs, kwargs):
 
 def pytorch_module(case, options):
     settings = {k: v for k, v in options.items() if k != "dropout"}
-    return nn.TransformerDecoderLayer(case["E"], case["H"], **settings, dropout=0.0, batch_first=True, dtype=torch.float64)
+    return nn.TransformerDecoderLayer(
+        case["E"], case["H"], **settings, dropout=0.0, batch_first=True, dtype=torch.float64
+    )
 
 
 DECODER = ModuleKata(
@@ -216,7 +218,10 @@ def test_is_causal_and_masks_both_apply(kata, rng, gen, dtype):
             tgt_mask, memory_mask = blocked_mask(gen, T, T), blocked_mask(gen, T, S)
             check(built, tensors, tgt_mask=tgt_mask, tgt_is_causal=True)
             check(built, tensors, memory_mask=memory_mask, memory_is_causal=True)
-            floats = {"tgt_mask": as_float_mask(gen, tgt_mask, dtype), "memory_mask": as_float_mask(gen, memory_mask, dtype)}
+            floats = {
+                "tgt_mask": as_float_mask(gen, tgt_mask, dtype),
+                "memory_mask": as_float_mask(gen, memory_mask, dtype),
+            }
             check(built, tensors, tgt_is_causal=True, memory_is_causal=True, **floats)
 
 

@@ -50,7 +50,9 @@ def reference_forward(reference, inputs, kwargs):
 
 def pytorch_module(case, options):
     settings = {k: v for k, v in options.items() if k != "dropout"}
-    return nn.TransformerEncoderLayer(case["E"], case["H"], **settings, dropout=0.0, batch_first=True, dtype=torch.float64)
+    return nn.TransformerEncoderLayer(
+        case["E"], case["H"], **settings, dropout=0.0, batch_first=True, dtype=torch.float64
+    )
 
 
 ENCODER = ModuleKata(

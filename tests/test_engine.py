@@ -82,7 +82,8 @@ def test_the_engine_never_imports_the_commands():
         f"{module} imports {target}"
         for module, targets in GRAPH.items()
         for target in targets
-        if target in commands or (target.startswith("judge.practice") and not module.startswith(("judge.practice", "practice")))
+        if target in commands
+        or (target.startswith("judge.practice") and not module.startswith(("judge.practice", "practice")))
     ]
     assert not wrong, wrong
 
@@ -113,7 +114,10 @@ def test_stub_generation_keeps_todo_lines_and_raises():
 @pytest.mark.parametrize(
     "solution, words",
     [
-        ("### BEGIN SOLUTION\nx = 1\n### BEGIN SOLUTION\ny = 2\n### END SOLUTION\n", "inside the region opened on line 1"),
+        (
+            "### BEGIN SOLUTION\nx = 1\n### BEGIN SOLUTION\ny = 2\n### END SOLUTION\n",
+            "inside the region opened on line 1",
+        ),
         ("def f():\n    ### BEGIN SOLUTION\n    return 1\n", "line 2: BEGIN SOLUTION is never closed"),
         ("x = 1\n### END SOLUTION\n", "line 2: END SOLUTION without a BEGIN SOLUTION"),
     ],
@@ -184,7 +188,8 @@ def test_a_patch_that_no_longer_applies_fails_loudly(tmp_path):
 
 def test_a_patch_that_breaks_the_syntax_fails_loudly(tmp_path):
     [broken] = write_mutants(
-        tmp_path, '[[mutant]]\nname = "broken"\nwhy = "W."\n[[mutant.edit]]\nfind = "diagonal=1)"\nreplace = "diagonal=1"\n'
+        tmp_path,
+        '[[mutant]]\nname = "broken"\nwhy = "W."\n[[mutant.edit]]\nfind = "diagonal=1)"\nreplace = "diagonal=1"\n',
     )
     with pytest.raises(MutantError, match="does not parse"):
         broken.source()
@@ -209,7 +214,9 @@ def test_a_malformed_mutant_entry_is_refused(tmp_path, text, words):
 @pytest.mark.parametrize("kata", CATALOG)
 def test_every_mutant_says_what_the_slip_is(kata):
     for mutant in load_mutants(kata):
-        assert mutant.why[0].isupper() and mutant.why.endswith("."), f"{mutant.id}: why is one or two sentences: {mutant.why!r}"
+        assert mutant.why[0].isupper() and mutant.why.endswith("."), (
+            f"{mutant.id}: why is one or two sentences: {mutant.why!r}"
+        )
 
 
 # --------------------------------------------------------------------------- specs and case tables

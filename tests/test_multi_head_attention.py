@@ -59,7 +59,6 @@ MHA = ModuleKata(
         "output": inputs["query"].shape,
         "weights": (case["B"], case["H"], case["L"], inputs["key"].size(1)),
     },
-
 )
 
 

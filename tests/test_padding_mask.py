@@ -85,10 +85,14 @@ def test_explicit_max_len_adds_padding_columns(kata, rng):
 
 def test_accepts_a_list_of_ints(kata, rng):
     lengths = SPEC.cases.random(rng, 1)[0]["lengths"]
-    assert_equal_mask(kata.padding_mask(lengths), reference(lengths, max(lengths)), call=call_repr("padding_mask", lengths))
+    assert_equal_mask(
+        kata.padding_mask(lengths), reference(lengths, max(lengths)), call=call_repr("padding_mask", lengths)
+    )
     max_len = max(lengths) + 2
     assert_equal_mask(
-        kata.padding_mask(lengths, max_len), reference(lengths, max_len), call=call_repr("padding_mask", lengths, max_len)
+        kata.padding_mask(lengths, max_len),
+        reference(lengths, max_len),
+        call=call_repr("padding_mask", lengths, max_len),
     )
 
 

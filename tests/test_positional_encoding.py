@@ -82,14 +82,18 @@ def test_matches_the_formula(kata, rng, dtype):
             base = rng.choice([10000.0, 10000.0, 100.0, round(rng.uniform(20, 5000), 3)])
             call = call_repr("sinusoidal_positional_encoding", p, d, base, dtype=dtype)
             got = kata.sinusoidal_positional_encoding(p, d, base, dtype=dtype)
-            SPEC.assert_close(got, reference(p, d, base).to(dtype), call=call, what="table", tolerance=tolerance(dtype, p))
+            SPEC.assert_close(
+                got, reference(p, d, base).to(dtype), call=call, what="table", tolerance=tolerance(dtype, p)
+            )
 
 
 def test_defaults_are_base_10000_and_float32(kata, rng):
     p, d = rng.randrange(20, 100), 2 * rng.randrange(3, 20)
     got = kata.sinusoidal_positional_encoding(p, d)
     call = call_repr("sinusoidal_positional_encoding", p, d)
-    SPEC.assert_close(got, reference(p, d).to(torch.float32), call=call, what="table", tolerance=tolerance(torch.float32, p))
+    SPEC.assert_close(
+        got, reference(p, d).to(torch.float32), call=call, what="table", tolerance=tolerance(torch.float32, p)
+    )
 
 
 @dtypes(torch.float16, torch.bfloat16)

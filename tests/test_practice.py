@@ -284,7 +284,9 @@ def test_hint_gives_one_more_each_time_then_says_none_are_left(places, capsys):
     assert hint.hint_command(args, places) == 0
     assert "No hints left for causal_mask" in capsys.readouterr().out
     assert json.loads(places.hints.read_text())["causal_mask"] == len(kata.hints)
-    assert [r["number"] for r in history_of(places).read() if r["event"] == "hint"] == list(range(1, len(kata.hints) + 1))
+    assert [r["number"] for r in history_of(places).read() if r["event"] == "hint"] == list(
+        range(1, len(kata.hints) + 1)
+    )
 
 
 def test_hints_during_a_mock_interview_count_for_the_mock(places, capsys):
@@ -324,9 +326,7 @@ def test_mock_creates_its_workspace_and_writes_its_report_with_an_injected_clock
         f"{n}.py" for n in plan.katas
     )
     for name in plan.katas:
-        assert (plan.folder / f"{name}.py").read_text() == make_stub(
-            (ROOT / "solutions" / f"{name}.py").read_text()
-        )
+        assert (plan.folder / f"{name}.py").read_text() == make_stub((ROOT / "solutions" / f"{name}.py").read_text())
     assert plan.minutes == sum(k.minutes for k in CATALOG if k.name in plan.katas)
     listing = mock.task_list(plan, CATALOG)
     assert all(name in listing for name in plan.katas) and "min" in listing

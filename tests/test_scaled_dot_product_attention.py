@@ -81,7 +81,9 @@ def reference(query, key, value, **kwargs):
 def call_kata(kata, query, key, value, **kwargs):
     call = call_repr("scaled_dot_product_attention", query, key, value, **kwargs)
     inputs = {"query": query, "key": key, "value": value, "attn_mask": kwargs.get("attn_mask")}
-    result = call_and_check_inputs(lambda: kata.scaled_dot_product_attention(query, key, value, **kwargs), call, **inputs)
+    result = call_and_check_inputs(
+        lambda: kata.scaled_dot_product_attention(query, key, value, **kwargs), call, **inputs
+    )
     if not isinstance(result, (tuple, list)) or len(result) != 2:
         raise AssertionError(f"{call} returned {describe(result)}; expected a pair (output, weights)")
     return call, result[0], result[1]

@@ -107,8 +107,9 @@ def test_mutant_is_rejected(mutant, mutant_files, verdicts):
     if isinstance(mutant_files[mutant.id], MutantError):
         raise AssertionError(str(mutant_files[mutant.id]))
     verdict = verdicts[mutant.id]
-    assert verdict.status == mutant.expect, f"mutant {mutant.id} was graded {verdict.status!r}, not {mutant.expect!r}: " + (
-        "it survived, so a test is missing" if verdict.status == "pass" else verdict.message
+    assert verdict.status == mutant.expect, (
+        f"mutant {mutant.id} was graded {verdict.status!r}, not {mutant.expect!r}: "
+        + ("it survived, so a test is missing" if verdict.status == "pass" else verdict.message)
     )
     if verdict.status == "fail":
         assert not all(is_stale_failure(f) for f in verdict.failures), (
@@ -133,7 +134,14 @@ def test_a_size_sensitive_mutant_is_rejected_under_every_seed(mutant_id, mutant_
     kata = mutant_id.split("/")[0]
     seeds = [request.config.kata_seed + n for n in range(1, EXTRA_SEEDS + 1)]
     for seed in seeds:
-        [verdict] = grade_all([Job(kata, mutant_files[mutant_id], first_failure=True)], seed=seed, device="cpu", limits=LIMITS, workers=1, fork=True)
+        [verdict] = grade_all(
+            [Job(kata, mutant_files[mutant_id], first_failure=True)],
+            seed=seed,
+            device="cpu",
+            limits=LIMITS,
+            workers=1,
+            fork=True,
+        )
         assert verdict.status == "fail", f"{mutant_id} survived seed {seed}: {verdict.message}"
 
 
@@ -143,7 +151,9 @@ def test_generated_stubs_are_graded_todo(tmp_path, request):
         solution = (SOLUTIONS / f"{name}.py").read_text(encoding="utf-8")
         (tmp_path / f"{name}.py").write_text(make_stub(solution), encoding="utf-8")
     jobs = [Job(name, tmp_path / f"{name}.py") for name in CATALOG]
-    results = grade_all(jobs, seed=request.config.kata_seed, device="cpu", limits=LIMITS, workers=default_workers(), fork=True)
+    results = grade_all(
+        jobs, seed=request.config.kata_seed, device="cpu", limits=LIMITS, workers=default_workers(), fork=True
+    )
     wrong = {r.name: f"{r.status}: {r.message}" for r in results if r.status != "todo"}
     assert not wrong, f"untouched stubs must be graded 'todo': {wrong}"
 

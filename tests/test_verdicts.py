@@ -35,11 +35,16 @@ def test_a_skip_raised_at_run_time_is_not_a_pass_whatever_it_says():
 
 def test_cases_this_machine_cannot_judge_are_listed_not_counted():
     """Hole 2: an unavailable (CUDA) or inconclusive (meta device) case is neither passed nor failed."""
-    collected = Collected(tests={"t1": "first", "t2": "second"}, unavailable={"t3": ["third [cuda]", "CUDA is not available"]})
+    collected = Collected(
+        tests={"t1": "first", "t2": "second"}, unavailable={"t3": ["third [cuda]", "CUDA is not available"]}
+    )
     inconclusive = report("t2", Outcome.INCONCLUSIVE, message="device handling not checked without a GPU")
     verdict = classify("k", [collected, PASSED[0], inconclusive, Finish(exitstatus=0)], ProcessEnd(0), "", LIMITS)
     assert (verdict.status, verdict.passed, verdict.total, verdict.score) == ("pass", 1, 1, 1.0)
-    assert [u["reason"] for u in verdict.unjudged] == ["CUDA is not available", "device handling not checked without a GPU"]
+    assert [u["reason"] for u in verdict.unjudged] == [
+        "CUDA is not available",
+        "device handling not checked without a GPU",
+    ]
 
 
 def test_the_stub_is_todo_and_anything_else_with_a_failure_is_not():

@@ -35,7 +35,6 @@ def clock(seconds: float | None) -> str:
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
 
 
-
 def find_kata(catalog: list[Kata], name: str | None, *, example: str) -> Kata:
     names = [k.name for k in catalog]
     if not name:
@@ -44,7 +43,6 @@ def find_kata(catalog: list[Kata], name: str | None, *, example: str) -> Kata:
         if kata.name == name:
             return kata
     raise UsageError(f"unknown kata {name!r}; the katas are: {', '.join(names)}")
-
 
 
 def colour_enabled(out: TextIO) -> bool:
@@ -80,4 +78,3 @@ def verdict_block(result: KataResult, *, label: str, seed: int, colour: bool, la
     if result.status in ("pass", "fail"):
         lines += [f"{indent}{line}" for line in unjudged_lines([result])]
     return lines
-

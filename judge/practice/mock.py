@@ -81,7 +81,6 @@ def active_mock(places: Places, now: float) -> MockPlan | None:
     return None
 
 
-
 def pick_katas(catalog: list[Kata], n: int, seed: int) -> list[Kata]:
     """n katas, mixing difficulties: the tiers (katas of one difficulty) in a seeded order,
     one kata from each in turn, so n katas span min(n, tiers) difficulties. Easiest first."""

@@ -49,7 +49,9 @@ def _index(flat_index: int, shape) -> tuple:
     return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat_index), tuple(shape))) if shape else ()
 
 
-def assert_close(actual, expected: torch.Tensor, *, call: str, what: str = "result", tolerance: dict | None = None) -> None:
+def assert_close(
+    actual, expected: torch.Tensor, *, call: str, what: str = "result", tolerance: dict | None = None
+) -> None:
     """Compare a float result with the reference within `tolerance` ({"rtol", "atol"}; by
     default SINGLE_OP's for the expected dtype).
 

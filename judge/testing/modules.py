@@ -226,7 +226,9 @@ def load_parameters(
 # --------------------------------------------------------------------------- judging
 
 
-def assert_close_where_defined(actual, expected: torch.Tensor, defined, *, call: str, what: str, tolerances: Mapping) -> None:
+def assert_close_where_defined(
+    actual, expected: torch.Tensor, defined, *, call: str, what: str, tolerances: Mapping
+) -> None:
     """assert_close, skipping undefined rows.
 
     `defined` is [B, L]; `expected` is [B, L, ...] or [B, H, L, S] ("weights")."""
@@ -300,7 +302,9 @@ class Built:
     name: str
 
 
-def build(mk: ModuleKata, kata, gen, case, options: dict, dtype=torch.float32, device="cpu", *, train: bool = False) -> Built:
+def build(
+    mk: ModuleKata, kata, gen, case, options: dict, dtype=torch.float32, device="cpu", *, train: bool = False
+) -> Built:
     reference = randomise_(mk.reference(case, options), gen, dtype)
     positional, keywords = mk.arguments(case, options)
     name = module_repr(mk.cls, **positional, **keywords)
@@ -353,7 +357,9 @@ def check_dropout_in_train_mode(mk: ModuleKata, built: Built, inputs: dict, seed
         torch.manual_seed(seed)
         first = mk.outputs(built.module(*inputs.values()), built.name, {})["output"]
         second = mk.outputs(built.module(*inputs.values()), built.name, {})["output"]
-    assert_dropout_is_active(first, second, call=call_repr(built.name.removesuffix(".eval()") + ".train()", *inputs.values()))
+    assert_dropout_is_active(
+        first, second, call=call_repr(built.name.removesuffix(".eval()") + ".train()", *inputs.values())
+    )
 
 
 def check_heads_must_divide(mk: ModuleKata, kata, rng, width: str, heads: str, **extra) -> None:

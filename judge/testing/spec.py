@@ -120,7 +120,9 @@ class KataSpec:
 
     def assert_close(self, actual, expected: torch.Tensor, *, call: str, what: str = "result", tolerance=None) -> None:
         """checks.assert_close with this kata's tolerance for the expected result's dtype."""
-        checks.assert_close(actual, expected, call=call, what=what, tolerance=tolerance or self.tolerance(expected.dtype))
+        checks.assert_close(
+            actual, expected, call=call, what=what, tolerance=tolerance or self.tolerance(expected.dtype)
+        )
 
 
 DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
