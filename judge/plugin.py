@@ -164,6 +164,7 @@ def pytest_runtest_makereport(item, call):
         report.sections.append(("kata seed", f"replay with --seed {item.config.kata_seed}"))
         if call.excinfo is not None:
             report.kata_error = describe_error(item, call.excinfo)
+            report.kata_diagnosis = list(getattr(call.excinfo.value, "kata_diagnosis", []))
     return report
 
 
@@ -256,6 +257,7 @@ class ResultWriter:
                 report, "kata_error", (ErrorKind.RAISED, "Error", report.longreprtext[-MESSAGE_LIMIT:])
             )
             outcome.update(outcome=Outcome.FAILED, kind=kind, error=error, message=message)
+            outcome["diagnosis"] = getattr(report, "kata_diagnosis", [])
             printed = report.capstdout + report.capstderr
             if printed:  # what the kata printed, truncated: enough to debug, never a flood
                 outcome["output"] = printed[:OUTPUT_LIMIT] + (" ..." if len(printed) > OUTPUT_LIMIT else "")

@@ -59,6 +59,15 @@ class ErrorKind(StrEnum):
 STALE_ERRORS = ("NameError", "UnboundLocalError", "ImportError", "ModuleNotFoundError")
 
 
+# How a diagnosis names known slips (judge.testing.diagnosis writes them, verdicts choose).
+SINGLE, SEVERAL = "looks like: ", "looks like one of: "
+
+
+def most_specific(diagnoses: list[list[str]]) -> list[str]:
+    """Of several failures' diagnoses, the first that names a single slip, else the first at all."""
+    return next((d for d in diagnoses if d and d[0].startswith(SINGLE)), next((d for d in diagnoses if d), []))
+
+
 def is_stale_failure(failure: dict) -> bool:
     return failure.get("kind") == ErrorKind.SIGNATURE or failure.get("error") in STALE_ERRORS
 
@@ -114,6 +123,7 @@ class TestReport(Event):
     error: str | None = None
     message: str = ""
     output: str | None = None  # what the kata printed during a failed test, truncated
+    diagnosis: list[str] = field(default_factory=list)  # which slip it looks like, what pattern it shows
 
 
 @dataclass
@@ -211,7 +221,8 @@ class KataResult:
 
     score: the fraction of its judged tests that passed (0..1); passed/total count the
     judged tests only. unjudged: tests this machine could not judge (a CUDA test without
-    CUDA, a device check without a GPU), each {"name", "reason"}; never counted."""
+    CUDA, a device check without a GPU), each {"name", "reason"}; never counted.
+    diagnosis: what the first diagnosed failure looks like (a known slip, a pattern)."""
 
     name: str
     status: Status
@@ -221,6 +232,7 @@ class KataResult:
     message: str
     failures: list[dict] = field(default_factory=list)
     unjudged: list[dict] = field(default_factory=list)
+    diagnosis: list[str] = field(default_factory=list)
     timing: dict = field(default_factory=dict)
     internal_error: bool = False  # the grader, not the kata, is at fault (exit status 2)
 

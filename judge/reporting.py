@@ -60,6 +60,7 @@ def table(results: list[KataResult], *, impl: str, seed: int, colour: bool, timi
     for r in results:
         if r.status not in (Status.PASS, Status.TODO):
             lines.append(f"{r.name}: {r.status}: {r.message}")
+            lines += [f"    {line}" for line in r.diagnosis]
             if r.failures and r.failures[0].get("output"):
                 lines.append(f"    it printed: {r.failures[0]['output']!r}")
             if r.status == Status.FAIL:  # other statuses have one cause that explains every failed test

@@ -20,6 +20,7 @@ from judge.protocol import (
     Outcome,
     Status,
     TestReport,
+    most_specific,
 )
 
 
@@ -45,16 +46,10 @@ def classify(name: str, events: list[Event], end: ProcessEnd, tail: str, limits:
 
     def result(status: Status, message: str, internal: bool = False) -> KataResult:
         score = passed / total if total > 0 else 0.0
+        records = [failure_record(f) for f in failures]
+        diagnosis = most_specific([f.diagnosis for f in failures]) if status == Status.FAIL else []
         return KataResult(
-            name,
-            status,
-            score,
-            passed,
-            total,
-            message,
-            [failure_record(f) for f in failures],
-            unjudged,
-            internal_error=internal,
+            name, status, score, passed, total, message, records, unjudged, diagnosis, internal_error=internal
         )
 
     def first(kind: ErrorKind) -> TestReport | None:
@@ -118,4 +113,6 @@ def failure_record(report: TestReport) -> dict:
     record |= {"error": report.error, "message": report.message}
     if report.output:
         record["output"] = report.output
+    if report.diagnosis:
+        record["diagnosis"] = report.diagnosis
     return record

@@ -12,7 +12,7 @@ import re
 
 import torch
 import torch.nn.functional as F
-from test_attention_backward import FULL, GRAD_TOLERANCES, NAMES, judge_gradients, make_inputs
+from test_attention_backward import FULL, GRAD_TOLERANCES, NAMES, judge_gradients, make_inputs, sizes
 from torch.autograd.gradcheck import GradcheckError
 
 from judge.forbidden import AUTOGRAD
@@ -100,16 +100,29 @@ def reference_output(query, key, value, is_causal, scale):
     )
 
 
+def replay(inputs, is_causal, scale):
+    """The same calls with another implementation, on copies of the inputs taken now (for the
+    diagnosis)."""
+    originals = [t.clone() for t in inputs]
+
+    def run(implementation) -> dict:
+        _, output, got = forward_and_backward(implementation, *(t.clone() for t in originals), is_causal, scale)
+        return {"an output": output, **got}
+
+    return run
+
+
 def check_function(kata, inputs, is_causal, scale) -> None:
     query, key, value, _ = inputs
-    call, output, got = forward_and_backward(kata, *inputs, is_causal, scale)
-    want = reference_output(query, key, value, is_causal, scale).to(query.dtype)
-    assert_close(output, want, call=call, what="an output", tolerance=TOLERANCES[query.dtype])
-    for name in NAMES:
-        if got[name] is None:
-            raise AssertionError(f"autograd got no {name} through {call}: backward returned None for it")
-    kwargs = {"is_causal": is_causal} | ({} if scale is None else {"scale": scale})
-    judge_gradients(f"the backward of {call}", got, inputs, **kwargs)
+    with SPEC.diagnosing(replay(inputs, is_causal, scale), sizes(inputs)):
+        call, output, got = forward_and_backward(kata, *inputs, is_causal, scale)
+        want = reference_output(query, key, value, is_causal, scale).to(query.dtype)
+        assert_close(output, want, call=call, what="an output", tolerance=TOLERANCES[query.dtype])
+        for name in NAMES:
+            if got[name] is None:
+                raise AssertionError(f"autograd got no {name} through {call}: backward returned None for it")
+        kwargs = {"is_causal": is_causal} | ({} if scale is None else {"scale": scale})
+        judge_gradients(f"the backward of {call}", got, inputs, **kwargs)
 
 
 @dtypes(*FULL)
@@ -123,22 +136,27 @@ def test_forward_saves_tensors_for_backward(kata, rng, gen):
     """Tensors kept for backward go through ctx.save_for_backward, which saved-tensor hooks see."""
     case = SPEC.cases.random(rng)[0]
     query, key, value, _ = make_inputs(gen, case, torch.float64, "cpu")
-    leaves = leaves_of(query, key, value)
-    call = apply_repr(*leaves, True, None)
-    saved = []
 
-    def pack(tensor):
-        saved.append(list(tensor.shape))
-        return tensor
+    def check(implementation) -> dict:
+        leaves = leaves_of(query, key, value)
+        saved = []
 
-    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        kata.AttentionFunction.apply(*leaves, True, None)
-    if not saved:
-        raise AssertionError(
-            f"{call}: forward saved no tensor with ctx.save_for_backward. Keep what backward needs "
-            "with it (not as ctx attributes): autograd then checks that those tensors were not "
-            "modified in place before backward, and frees them with the graph"
-        )
+        def pack(tensor):
+            saved.append(list(tensor.shape))
+            return tensor
+
+        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            implementation.AttentionFunction.apply(*leaves, True, None)
+        if not saved:
+            raise AssertionError(
+                f"{apply_repr(*leaves, True, None)}: forward saved no tensor with ctx.save_for_backward. Keep "
+                "what backward needs with it (not as ctx attributes): autograd then checks that those tensors "
+                "were not modified in place before backward, and frees them with the graph"
+            )
+        return {}
+
+    with SPEC.diagnosing(check):
+        check(kata)
 
 
 def test_backward_called_directly_returns_one_gradient_per_input(kata, rng, gen):
@@ -146,24 +164,33 @@ def test_backward_called_directly_returns_one_gradient_per_input(kata, rng, gen)
     engine calls it."""
     case = SPEC.cases.random(rng)[1]
     inputs = make_inputs(gen, case, torch.float64, "cpu")
-    leaves = leaves_of(*inputs[:3])
-    call = apply_repr(*leaves, True, None)
-    with torch.enable_grad():
-        output = kata.AttentionFunction.apply(*leaves, True, None)
-    with torch.no_grad():
-        grads = output.grad_fn.apply(inputs[3])
-    if not isinstance(grads, (tuple, list)) or len(grads) != 5:
-        shown = f"({', '.join(map(describe, grads))})" if isinstance(grads, (tuple, list)) else describe(grads)
-        raise AssertionError(
-            f"the backward of {call} returned {shown}; expected 5 values, one per forward "
-            "input: (grad_query, grad_key, grad_value, None, None)"
-        )
-    judge_gradients(f"the backward of {call}", dict(zip(NAMES, grads)), inputs, is_causal=True)
+
+    def check(implementation) -> dict:
+        leaves = leaves_of(*inputs[:3])
+        call = apply_repr(*leaves, True, None)
+        with torch.enable_grad():
+            output = implementation.AttentionFunction.apply(*leaves, True, None)
+        with torch.no_grad():
+            grads = output.grad_fn.apply(inputs[3].clone())
+        if not isinstance(grads, (tuple, list)) or len(grads) != 5:
+            shown = f"({', '.join(map(describe, grads))})" if isinstance(grads, (tuple, list)) else describe(grads)
+            raise AssertionError(
+                f"the backward of {call} returned {shown}; expected 5 values, one per forward "
+                "input: (grad_query, grad_key, grad_value, None, None)"
+            )
+        got = dict(zip(NAMES, grads))
+        judge_gradients(f"the backward of {call}", got, inputs, is_causal=True)
+        return got
+
+    with SPEC.diagnosing(check, sizes(inputs)):
+        check(kata)
 
 
 def test_gradcheck_passes_in_float64(kata, rng, gen):
     """Finite differences against the backward, on small float64 inputs (the random draws:
-    the edge cases run in the other tests)."""
+    the edge cases run in the other tests). Fast mode compares random projections of the
+    Jacobians instead of every entry: each forward runs under the guard, and the gradients
+    themselves are compared with autograd's, entry by entry, in the other tests."""
     for index, case in enumerate(SPEC.cases.random(rng)):
         with case.judged():
             # small enough for finite differences: at most 3 x 4 x 5 x 4 x 3 (B, L, S, E, Ev)
@@ -178,13 +205,26 @@ def test_gradcheck_passes_in_float64(kata, rng, gen):
                 return kata.AttentionFunction.apply(q, k, v, is_causal, scale)
 
             try:
-                torch.autograd.gradcheck(function, leaves, fast_mode=True)
+                with SPEC.diagnosing(lambda implementation: gradcheck_of(implementation, leaves, is_causal, scale)):
+                    torch.autograd.gradcheck(function, leaves, fast_mode=True)
             except GradcheckError as error:
                 first = str(error).strip().splitlines()[0].rstrip(",")
                 which = re.search(r"with respect to input (\d)", first)
                 if which:
                     first += f" ({NAMES[int(which.group(1))]} is off)"
-                raise AssertionError(f"torch.autograd.gradcheck failed for {call}: {first}") from None
+                failure = AssertionError(f"torch.autograd.gradcheck failed for {call}: {first}")
+                failure.kata_diagnosis = getattr(error, "kata_diagnosis", [])
+                raise failure from None
+
+
+def gradcheck_of(implementation, leaves, is_causal, scale) -> dict:
+    """gradcheck of another implementation on the same inputs (for the diagnosis: it fails
+    with the same message, or passes)."""
+    leaves = [leaf.detach().clone().requires_grad_() for leaf in leaves]
+    torch.autograd.gradcheck(
+        lambda q, k, v: implementation.AttentionFunction.apply(q, k, v, is_causal, scale), leaves, fast_mode=True
+    )
+    return {}
 
 
 def test_results_follow_the_dtype_and_device_of_the_inputs(kata, rng, gen, other_device):
@@ -194,12 +234,13 @@ def test_results_follow_the_dtype_and_device_of_the_inputs(kata, rng, gen, other
         if other_device != "meta":
             check_function(kata, inputs, True, None)
             continue
-        call, output, got = call_on_device(
-            lambda inputs=inputs: forward_and_backward(kata, *inputs, True, None), other_device
-        )  # meta tensors have a shape and a device but no values
-        check_tensor_kind(output, torch.empty_like(inputs[3]), call=call, what="an output")
-        for name, like in zip(NAMES, inputs):
-            check_tensor_kind(got[name], torch.empty_like(like), call=f"the backward of {call}", what=name)
+        with SPEC.diagnosing(replay(inputs, True, None), sizes(inputs)):
+            call, output, got = call_on_device(
+                lambda inputs=inputs: forward_and_backward(kata, *inputs, True, None), other_device
+            )  # meta tensors have a shape and a device but no values
+            check_tensor_kind(output, torch.empty_like(inputs[3]), call=call, what="an output")
+            for name, like in zip(NAMES, inputs):
+                check_tensor_kind(got[name], torch.empty_like(like), call=f"the backward of {call}", what=name)
 
 
 def test_does_not_modify_its_inputs(kata, rng, gen):

@@ -14,7 +14,15 @@ from judge.forbidden import ATTENTION
 from judge.testing import modules
 from judge.testing.checks import assert_prints_nothing
 from judge.testing.inputs import as_float_mask, causal_blocked, padding_mask, randn
-from judge.testing.modules import CASES, MODULE_TOLERANCES, ModuleKata, attention_parameters, defined_rows, renamed
+from judge.testing.modules import (
+    CASES,
+    MODULE_TOLERANCES,
+    ModuleKata,
+    Probe,
+    attention_parameters,
+    defined_rows,
+    renamed,
+)
 from judge.testing.spec import KataSpec, dtypes
 
 FULL = [torch.float32, torch.float64]
@@ -57,6 +65,7 @@ def pytorch_module(case, options):
 
 
 BLOCK = ModuleKata(
+    kata="causal_lm_block",
     cls="CausalLMBlock",
     asks="ln_1, attn (with q_proj, k_proj, v_proj, out_proj), ln_2, mlp (with up_proj, down_proj)",
     inputs=("x",),
@@ -64,6 +73,10 @@ BLOCK = ModuleKata(
     parameters=parameters,
     arguments=lambda case, options: ({"d_model": case["E"], "num_heads": case["H"]}, options),
     forward=reference_forward,
+    probes=(
+        Probe("attn", "self_attn", lambda attn, args, kw: attn(args[0], kw.get("key_padding_mask"))),
+        Probe("mlp", "linear1", lambda mlp, args, kw: mlp(args[0]), output_of="linear2"),
+    ),
 )
 
 

@@ -20,6 +20,7 @@ from judge.testing.modules import (
     LAYER_TOLERANCES,
     ModuleKata,
     attention_parameters,
+    attention_probe,
     defined_rows,
     reference_masks,
     renamed,
@@ -72,6 +73,7 @@ def pytorch_module(case, options):
 
 
 DECODER = ModuleKata(
+    kata="decoder_layer",
     cls="TransformerDecoderLayer",
     asks="self_attn and multihead_attn (each with q_proj, k_proj, v_proj, out_proj), linear1, linear2, norm1, norm2, norm3",
     inputs=("tgt", "memory"),
@@ -80,6 +82,7 @@ DECODER = ModuleKata(
     arguments=lambda case, options: ({"d_model": case["E"], "nhead": case["H"]}, options),
     forward=reference_forward,
     tolerances=LAYER_TOLERANCES,
+    probes=(attention_probe("self_attn"), attention_probe("multihead_attn")),
 )
 
 

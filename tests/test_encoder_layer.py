@@ -19,6 +19,7 @@ from judge.testing.modules import (
     LAYER_TOLERANCES,
     ModuleKata,
     attention_parameters,
+    attention_probe,
     defined_rows,
     reference_masks,
     renamed,
@@ -56,6 +57,7 @@ def pytorch_module(case, options):
 
 
 ENCODER = ModuleKata(
+    kata="encoder_layer",
     cls="TransformerEncoderLayer",
     asks="self_attn (with q_proj, k_proj, v_proj, out_proj), linear1, linear2, norm1, norm2",
     inputs=("src",),
@@ -64,6 +66,7 @@ ENCODER = ModuleKata(
     arguments=lambda case, options: ({"d_model": case["E"], "nhead": case["H"]}, options),
     forward=reference_forward,
     tolerances=LAYER_TOLERANCES,
+    probes=(attention_probe("self_attn"),),
 )
 
 

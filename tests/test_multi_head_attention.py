@@ -44,6 +44,7 @@ def outputs(result, call, kwargs):
 
 
 MHA = ModuleKata(
+    kata="multi_head_attention",
     cls="MultiHeadAttention",
     asks="q_proj, k_proj, v_proj, out_proj (each nn.Linear(embed_dim, embed_dim, bias=bias))",
     inputs=("query", "key", "value"),
@@ -225,20 +226,28 @@ def test_gradients_flow_back_to_the_inputs_like_pytorch(kata, rng, gen):
     """Autograd must see every step: no .detach(), .data or torch.no_grad() inside forward."""
     case = CASES.random(rng)[1]
     built = build(kata, gen, case, torch.float64)
-    inputs = [t.clone().requires_grad_() for t in make_inputs(gen, case, torch.float64, cross=True).values()]
-    twins = [t.detach().clone().requires_grad_() for t in inputs]
+    tensors = list(make_inputs(gen, case, torch.float64, cross=True).values())
     padding = padding_mask(gen, case["B"], case["S"])
-    call = call_repr(built.name, *inputs, key_padding_mask=padding) + ".backward"
+    call = call_repr(built.name, *tensors, key_padding_mask=padding) + ".backward"
     upstream = randn(gen, case["B"], case["L"], case["E"], dtype=torch.float64)
-    output = built.module(*inputs, key_padding_mask=padding)[0]
-    if not output.requires_grad:
-        raise AssertionError(f"{call}: the output does not require grad; autograd lost track of the inputs")
-    (output * upstream).sum().backward()
+
+    def gradients(module) -> dict:
+        inputs = [t.clone().requires_grad_() for t in tensors]
+        output = module(*inputs, key_padding_mask=padding)[0]
+        if not output.requires_grad:
+            raise AssertionError(f"{call}: the output does not require grad; autograd lost track of the inputs")
+        (output * upstream).sum().backward()
+        for what, mine in zip(MHA.inputs, inputs):
+            if mine.grad is None:
+                raise AssertionError(f"{call}: no gradient reached `{what}`")
+        return {f"the gradient of `{what}`": mine.grad for what, mine in zip(MHA.inputs, inputs)}
+
+    twins = [t.clone().requires_grad_() for t in tensors]
     (built.reference(*twins, key_padding_mask=padding, need_weights=False)[0] * upstream).sum().backward()
-    for what, mine, theirs in zip(MHA.inputs, inputs, twins):
-        if mine.grad is None:
-            raise AssertionError(f"{call}: no gradient reached `{what}`")
-        assert_close(mine.grad, theirs.grad, call=call, what=f"the gradient of `{what}`")
+    with SPEC.diagnosing(lambda implementation: gradients(built.remake(implementation)), case):
+        got = gradients(built.module)
+        for what, theirs in zip(MHA.inputs, twins):
+            assert_close(got[f"the gradient of `{what}`"], theirs.grad, call=call, what=f"the gradient of `{what}`")
 
 
 def test_embed_dim_not_divisible_by_num_heads_raises_value_error(kata, rng):

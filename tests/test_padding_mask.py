@@ -63,11 +63,12 @@ def test_default_max_len_is_the_longest_length(kata, rng, index_dtype):
         with case.judged():
             lengths = case["lengths"]
             tensor = torch.tensor(lengths, dtype=index_dtype)
-            assert_equal_mask(
-                kata.padding_mask(tensor),
-                reference(lengths, max(lengths)),
-                call=call_repr("padding_mask", tensor) + f" with lengths={lengths}",
-            )
+            with SPEC.diagnosing(lambda implementation, t=tensor: {"mask": implementation.padding_mask(t.clone())}):
+                assert_equal_mask(
+                    kata.padding_mask(tensor),
+                    reference(lengths, max(lengths)),
+                    call=call_repr("padding_mask", tensor) + f" with lengths={lengths}",
+                )
 
 
 def test_explicit_max_len_adds_padding_columns(kata, rng):
@@ -76,24 +77,31 @@ def test_explicit_max_len_adds_padding_columns(kata, rng):
             lengths = case["lengths"]
             max_len = max(lengths) + rng.randrange(1, 6)
             tensor = torch.tensor(lengths)
-            assert_equal_mask(
-                kata.padding_mask(tensor, max_len=max_len),
-                reference(lengths, max_len),
-                call=call_repr("padding_mask", tensor, max_len=max_len) + f" with lengths={lengths}",
-            )
+
+            def replay(implementation, tensor=tensor, max_len=max_len):
+                return {"mask": implementation.padding_mask(tensor.clone(), max_len=max_len)}
+
+            with SPEC.diagnosing(replay):
+                assert_equal_mask(
+                    kata.padding_mask(tensor, max_len=max_len),
+                    reference(lengths, max_len),
+                    call=call_repr("padding_mask", tensor, max_len=max_len) + f" with lengths={lengths}",
+                )
 
 
 def test_accepts_a_list_of_ints(kata, rng):
     lengths = SPEC.cases.random(rng, 1)[0]["lengths"]
-    assert_equal_mask(
-        kata.padding_mask(lengths), reference(lengths, max(lengths)), call=call_repr("padding_mask", lengths)
-    )
     max_len = max(lengths) + 2
-    assert_equal_mask(
-        kata.padding_mask(lengths, max_len),
-        reference(lengths, max_len),
-        call=call_repr("padding_mask", lengths, max_len),
-    )
+
+    def check(implementation) -> dict:
+        got = implementation.padding_mask(list(lengths))
+        assert_equal_mask(got, reference(lengths, max(lengths)), call=call_repr("padding_mask", lengths))
+        longer = implementation.padding_mask(list(lengths), max_len)
+        assert_equal_mask(longer, reference(lengths, max_len), call=call_repr("padding_mask", lengths, max_len))
+        return {}
+
+    with SPEC.diagnosing(check):
+        check(kata)
 
 
 def test_result_lives_on_the_device_of_lengths(kata, rng, other_device):
@@ -101,11 +109,12 @@ def test_result_lives_on_the_device_of_lengths(kata, rng, other_device):
     max_len = max(lengths) + 1
     tensor = torch.tensor(lengths, device=other_device)
     call = call_repr("padding_mask", tensor, max_len=max_len)
-    got = call_on_device(lambda: kata.padding_mask(tensor, max_len=max_len), other_device)
-    if tensor.device.type == "meta":  # meta tensors have a shape and a device but no values
-        check_tensor_kind(got, reference(lengths, max_len, "meta"), call=call, what="mask")
-    else:
-        assert_equal_mask(got, reference(lengths, max_len, other_device), call=call)
+    with SPEC.diagnosing(lambda implementation: {"mask": implementation.padding_mask(tensor.clone(), max_len=max_len)}):
+        got = call_on_device(lambda: kata.padding_mask(tensor, max_len=max_len), other_device)
+        if tensor.device.type == "meta":  # meta tensors have a shape and a device but no values
+            check_tensor_kind(got, reference(lengths, max_len, "meta"), call=call, what="mask")
+        else:
+            assert_equal_mask(got, reference(lengths, max_len, other_device), call=call)
 
 
 def test_does_not_modify_lengths(kata, rng):

@@ -61,12 +61,12 @@ SPEC = KataSpec(
     cases=CaseTable(
         draw=hidden_sizes,
         edges=(
-            edge("one position", P=1, D=10),
             edge("one pair of columns, odd length", P=37, D=2),
             # Positions made in a half dtype round to even numbers above 256 (bfloat16) and
             # 2048 (float16): their angles are then wrong by up to a whole radian.
             edge("past bfloat16's exact integers", P=300, D=6),
             edge("past float16's exact integers", P=2100, D=8),
+            edge("one position", P=1, D=10),
         ),
         draws=3,
     ),
@@ -81,19 +81,23 @@ def test_matches_the_formula(kata, rng, dtype):
             p, d = case["P"], case["D"]
             base = rng.choice([10000.0, 10000.0, 100.0, round(rng.uniform(20, 5000), 3)])
             call = call_repr("sinusoidal_positional_encoding", p, d, base, dtype=dtype)
-            got = kata.sinusoidal_positional_encoding(p, d, base, dtype=dtype)
-            SPEC.assert_close(
-                got, reference(p, d, base).to(dtype), call=call, what="table", tolerance=tolerance(dtype, p)
-            )
+
+            def replay(implementation, p=p, d=d, base=base):
+                return {"table": implementation.sinusoidal_positional_encoding(p, d, base, dtype=dtype)}
+
+            with SPEC.diagnosing(replay, case):
+                got = kata.sinusoidal_positional_encoding(p, d, base, dtype=dtype)
+                want = reference(p, d, base).to(dtype)
+                SPEC.assert_close(got, want, call=call, what="table", tolerance=tolerance(dtype, p))
 
 
 def test_defaults_are_base_10000_and_float32(kata, rng):
     p, d = rng.randrange(20, 100), 2 * rng.randrange(3, 20)
-    got = kata.sinusoidal_positional_encoding(p, d)
     call = call_repr("sinusoidal_positional_encoding", p, d)
-    SPEC.assert_close(
-        got, reference(p, d).to(torch.float32), call=call, what="table", tolerance=tolerance(torch.float32, p)
-    )
+    with SPEC.diagnosing(lambda implementation: {"table": implementation.sinusoidal_positional_encoding(p, d)}):
+        got = kata.sinusoidal_positional_encoding(p, d)
+        want = reference(p, d).to(torch.float32)
+        SPEC.assert_close(got, want, call=call, what="table", tolerance=tolerance(torch.float32, p))
 
 
 @dtypes(torch.float16, torch.bfloat16)
@@ -102,30 +106,45 @@ def test_half_precision_is_computed_precisely_then_cast(kata, rng, dtype):
         with case.judged():
             p, d = case["P"], case["D"]
             call = call_repr("sinusoidal_positional_encoding", p, d, dtype=dtype)
-            got = kata.sinusoidal_positional_encoding(p, d, dtype=dtype)
-            SPEC.assert_close(got, reference(p, d).to(dtype), call=call, what="table", tolerance=tolerance(dtype, p))
+
+            def replay(implementation, p=p, d=d):
+                return {"table": implementation.sinusoidal_positional_encoding(p, d, dtype=dtype)}
+
+            with SPEC.diagnosing(replay, case):
+                got = kata.sinusoidal_positional_encoding(p, d, dtype=dtype)
+                SPEC.assert_close(
+                    got, reference(p, d).to(dtype), call=call, what="table", tolerance=tolerance(dtype, p)
+                )
 
 
 def test_odd_d_model_raises_value_error(kata, rng):
     d = 2 * rng.randrange(1, 20) + 1
-    try:
-        result = kata.sinusoidal_positional_encoding(4, d)
-    except ValueError:
-        return
-    raise AssertionError(
-        f"sinusoidal_positional_encoding(4, {d}) should raise ValueError (odd d_model), but returned {describe(result)}"
-    )
+
+    def check(implementation) -> dict:
+        try:
+            result = implementation.sinusoidal_positional_encoding(4, d)
+        except ValueError:
+            return {}
+        raise AssertionError(
+            f"sinusoidal_positional_encoding(4, {d}) should raise ValueError (odd d_model), but returned {describe(result)}"
+        )
+
+    with SPEC.diagnosing(check):
+        check(kata)
 
 
 def test_table_is_built_on_the_requested_device(kata, rng, other_device):
     p, d = rng.randrange(2, 30), 2 * rng.randrange(2, 10)
     call = call_repr("sinusoidal_positional_encoding", p, d, device=other_device)
-    got = kata.sinusoidal_positional_encoding(p, d, device=other_device)
-    want = reference(p, d).to(torch.float32).to(other_device)
-    if other_device == "meta":  # meta tensors have a shape and a device but no values
-        check_tensor_kind(got, want, call=call, what="table")
-    else:
-        SPEC.assert_close(got, want, call=call, what="table", tolerance=tolerance(torch.float32, p))
+    with SPEC.diagnosing(
+        lambda implementation: {"table": implementation.sinusoidal_positional_encoding(p, d, device=other_device)}
+    ):
+        got = kata.sinusoidal_positional_encoding(p, d, device=other_device)
+        want = reference(p, d).to(torch.float32).to(other_device)
+        if other_device == "meta":  # meta tensors have a shape and a device but no values
+            check_tensor_kind(got, want, call=call, what="table")
+        else:
+            SPEC.assert_close(got, want, call=call, what="table", tolerance=tolerance(torch.float32, p))
 
 
 def test_prints_nothing(kata, capfd):

@@ -89,11 +89,30 @@ def call_kata(kata, query, key, value, **kwargs):
     return call, result[0], result[1]
 
 
+def replay(query, key, value, **kwargs):
+    """The same call with another implementation, on copies of the inputs taken now (for the
+    diagnosis)."""
+    tensors = [query.clone(), key.clone(), value.clone()]
+    kwargs = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+
+    def run(implementation) -> dict:
+        copies = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        _, output, weights = call_kata(implementation, *(t.clone() for t in tensors), **copies)
+        return {"weights": weights, "output": output}
+
+    return run
+
+
+def sizes(query, key, value) -> dict:
+    return {"L": query.size(-2), "S": key.size(-2), "E": query.size(-1), "Ev": value.size(-1)}
+
+
 def check_against_pytorch(kata, query, key, value, **kwargs):
     want_output, want_weights = reference(query, key, value, **kwargs)  # first: the kata may break its inputs
-    call, output, weights = call_kata(kata, query, key, value, **kwargs)
-    SPEC.assert_close(weights, want_weights, call=call, what="weights")
-    SPEC.assert_close(output, want_output, call=call, what="output")
+    with SPEC.diagnosing(replay(query, key, value, **kwargs), sizes(query, key, value)):
+        call, output, weights = call_kata(kata, query, key, value, **kwargs)
+        SPEC.assert_close(weights, want_weights, call=call, what="weights")
+        SPEC.assert_close(output, want_output, call=call, what="output")
 
 
 @dtypes(*FULL)
@@ -142,14 +161,15 @@ def test_results_follow_the_device_of_the_inputs(kata, rng, gen, other_device):
     case = SPEC.cases.random(rng)[1]
     inputs = make_inputs(gen, case, torch.float32, other_device)
     for kwargs in ({"is_causal": True}, {"attn_mask": boolean_mask(gen, rng, case, other_device)}):
+        if other_device != "meta":
+            check_against_pytorch(kata, *inputs, **kwargs)
+            continue
         want_output, want_weights = reference(*inputs, **kwargs)
-        call, output, weights = call_kata(kata, *inputs, **kwargs)
-        if other_device == "meta":  # meta tensors have a shape and a device but no values
+        with SPEC.diagnosing(replay(*inputs, **kwargs), sizes(*inputs)):
+            call, output, weights = call_kata(kata, *inputs, **kwargs)
+            # meta tensors have a shape and a device but no values
             check_tensor_kind(weights, want_weights, call=call, what="weights")
             check_tensor_kind(output, want_output, call=call, what="output")
-        else:
-            SPEC.assert_close(weights, want_weights, call=call, what="weights")
-            SPEC.assert_close(output, want_output, call=call, what="output")
 
 
 def test_does_not_modify_its_inputs(kata, rng, gen):
@@ -157,7 +177,8 @@ def test_does_not_modify_its_inputs(kata, rng, gen):
     case = SPEC.cases.random(rng)[0]
     query, key, value = make_inputs(gen, case, torch.float32, "cpu")
     for mask in (boolean_mask(gen, rng, case, "cpu"), float_mask(gen, rng, case, torch.float32, "cpu")):
-        call_kata(kata, query, key, value, attn_mask=mask)
+        with SPEC.diagnosing(replay(query, key, value, attn_mask=mask), sizes(query, key, value)):
+            call_kata(kata, query, key, value, attn_mask=mask)
 
 
 def test_prints_nothing(kata, gen, capfd):

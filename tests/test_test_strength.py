@@ -4,6 +4,7 @@
   the current solution) still applies, and is graded as it expects: "fail", or "forbidden"
   for one that calls what the kata forbids; and not by an error that says the patch is
   stale (NameError, ImportError, a call that no longer binds), which is no proof at all;
+  and its failure is diagnosed as its own slip ("looks like: <its why>");
 - every variant (a correct implementation in another style, tests/variants/<kata>/<style>.py)
   is graded "pass";
 - every stub generated from solutions/ is graded "todo", and katas/ as committed is that stub.
@@ -116,6 +117,10 @@ def test_mutant_is_rejected(mutant, mutant_files, verdicts):
             f"stale mutant {mutant.id}: it fails only with {verdict.failures[0]['error']}, not by its slip; "
             f"update its patch in tests/mutants/{mutant.kata}.toml: {verdict.message}"
         )
+        assert any(mutant.why in line for line in verdict.diagnosis), (
+            f"mutant {mutant.id} was not recognised as its own slip: its diagnosis is {verdict.diagnosis}; "
+            f"its first failure: {verdict.message}"
+        )
 
 
 @pytest.mark.timeout(900)
@@ -125,6 +130,7 @@ def test_variant_passes(variant, verdicts):
     assert verdict.status == "pass", (
         f"correct variant {variant_id(variant)} was graded {verdict.status!r}: a test is too strict or wrong. {verdict.message}"
     )
+    assert verdict.diagnosis == [], f"a passing kata has no diagnosis: {verdict.diagnosis}"
 
 
 @pytest.mark.timeout(600)
@@ -154,7 +160,7 @@ def test_generated_stubs_are_graded_todo(tmp_path, request):
     results = grade_all(
         jobs, seed=request.config.kata_seed, device="cpu", limits=LIMITS, workers=default_workers(), fork=True
     )
-    wrong = {r.name: f"{r.status}: {r.message}" for r in results if r.status != "todo"}
+    wrong = {r.name: f"{r.status}: {r.message} {r.diagnosis}" for r in results if r.status != "todo" or r.diagnosis}
     assert not wrong, f"untouched stubs must be graded 'todo': {wrong}"
 
 

@@ -71,6 +71,7 @@ def verdict_block(result: KataResult, *, label: str, seed: int, colour: bool, la
     if result.status != "pass":
         kind = "first failing check" if result.status == "fail" else "why"
         lines.append(f"{indent}{kind}: " + first_failure(result).replace("\n", "\n" + indent + "  "))
+        lines += [f"{indent}{line}" for line in result.diagnosis]
         if result.failures and result.failures[0].get("output"):
             lines.append(f"{indent}it printed: {result.failures[0]['output']!r}")
         if result.status == "fail":

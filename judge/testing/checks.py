@@ -10,6 +10,20 @@ from judge.testing.tolerances import SINGLE_OP
 MESSAGE_LIMIT = 600  # characters of a value's repr kept in a failure message
 
 
+class Mismatch(AssertionError):
+    """A result that differs from the expected one. Besides its message it keeps what it is
+    ("weights", "output"), both values and how they are compared (a tolerance dict, or None
+    for exact), so the diagnosis can tell which known slip gives the same wrong result.
+    `kind_only`: the type, shape, dtype or device differ (values were never compared).
+    `project` maps another implementation's raw result onto what was compared (the
+    undefined rows blanked, say)."""
+
+    def __init__(self, message: str, *, what: str, actual, expected, tolerance=None, kind_only=False, project=None):
+        super().__init__(message)
+        self.what, self.actual, self.expected, self.tolerance = what, actual, expected, tolerance
+        self.kind_only, self.project = kind_only, project or (lambda value: value)
+
+
 def describe(value) -> str:
     """A short description of an argument: tensors as dtype[shape], the rest as repr."""
     if isinstance(value, torch.Tensor):
@@ -33,16 +47,18 @@ def _short(value) -> str:
 
 def check_tensor_kind(actual, expected: torch.Tensor, *, call: str, what: str) -> None:
     """Type, shape, dtype and device, each with its own message, before any value."""
+
+    def mismatch(message: str) -> Mismatch:
+        return Mismatch(message, what=what, actual=actual, expected=expected, kind_only=True)
+
     if not isinstance(actual, torch.Tensor):
-        raise AssertionError(
-            f"{call} returned {what} of type {type(actual).__name__}, expected a tensor: {_short(actual)}"
-        )
+        raise mismatch(f"{call} returned {what} of type {type(actual).__name__}, expected a tensor: {_short(actual)}")
     if actual.shape != expected.shape:
-        raise AssertionError(f"{call} returned {what} of shape {list(actual.shape)}, expected {list(expected.shape)}")
+        raise mismatch(f"{call} returned {what} of shape {list(actual.shape)}, expected {list(expected.shape)}")
     if actual.dtype != expected.dtype:
-        raise AssertionError(f"{call} returned {what} of dtype {actual.dtype}, expected {expected.dtype}")
+        raise mismatch(f"{call} returned {what} of dtype {actual.dtype}, expected {expected.dtype}")
     if actual.device != expected.device:
-        raise AssertionError(f"{call} returned {what} on device {actual.device}, expected {expected.device}")
+        raise mismatch(f"{call} returned {what} on device {actual.device}, expected {expected.device}")
 
 
 def _index(flat_index: int, shape) -> tuple:
@@ -50,7 +66,7 @@ def _index(flat_index: int, shape) -> tuple:
 
 
 def assert_close(
-    actual, expected: torch.Tensor, *, call: str, what: str = "result", tolerance: dict | None = None
+    actual, expected: torch.Tensor, *, call: str, what: str = "result", tolerance: dict | None = None, project=None
 ) -> None:
     """Compare a float result with the reference within `tolerance` ({"rtol", "atol"}; by
     default SINGLE_OP's for the expected dtype).
@@ -60,11 +76,15 @@ def assert_close(
     check_tensor_kind(actual, expected, call=call, what=what)
     tolerance = tolerance or SINGLE_OP[expected.dtype]
     got, want = actual.detach().cpu().double(), expected.detach().cpu().double()
+
+    def mismatch(message: str) -> Mismatch:
+        return Mismatch(message, what=what, actual=actual, expected=expected, tolerance=tolerance, project=project)
+
     for bad, name in ((torch.isnan, "NaN"), (torch.isinf, "Inf")):
         wrong = bad(got) & ~bad(want)
         if wrong.any():
             where = _index(int(wrong.flatten().nonzero()[0]), got.shape)
-            raise AssertionError(
+            raise mismatch(
                 f"{call} returned {what} that contains {name} at index {where} "
                 f"({int(wrong.sum())} of {wrong.numel()} elements); expected {want[where].item():.6g}"
             )
@@ -80,7 +100,10 @@ def assert_close(
             f"(allowed: {tolerance['atol']:g} + {tolerance['rtol']:g} * |expected|)"
         )
 
-    torch.testing.assert_close(actual, expected, rtol=tolerance["rtol"], atol=tolerance["atol"], msg=message)
+    try:
+        torch.testing.assert_close(actual, expected, rtol=tolerance["rtol"], atol=tolerance["atol"], msg=message)
+    except AssertionError as error:
+        raise mismatch(str(error)) from None
 
 
 def _grid(mask: torch.Tensor) -> str:
@@ -100,7 +123,7 @@ def assert_equal_mask(actual, expected: torch.Tensor, *, call: str, what: str = 
         )
         if expected.dim() == 2 and expected.shape[0] <= 8 and expected.shape[1] <= 12:
             text += f"\n  got (1 = True):\n{_grid(actual.cpu())}\n  expected:\n{_grid(expected.cpu())}"
-        raise AssertionError(text)
+        raise Mismatch(text, what=what, actual=actual, expected=expected)
 
 
 def call_and_check_inputs(fn, call: str, **inputs):

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from judge.testing.checks import (
+    Mismatch,
     assert_close,
     assert_raises_value_error,
     call_and_check_inputs,
@@ -29,6 +30,7 @@ from judge.testing.checks import (
     check_tensor_kind,
     describe,
 )
+from judge.testing.diagnosis import diagnosing
 from judge.testing.inputs import causal_blocked, randn
 from judge.testing.spec import CaseTable, edge
 
@@ -76,11 +78,11 @@ def hidden_sizes(rng, count: int) -> list[dict]:
 
 # Named edge cases every module kata runs every time, beside the random draws: the sizes
 # where a slip in splitting heads, broadcasting masks or aligning queries shows.
-EDGES = (
-    edge("one sequence, one position", B=1, L=1, S=1, E=6, H=2, F=9),
-    edge("one head", B=3, L=5, S=4, E=5, H=1, F=7),
-    edge("head size 1", B=2, L=4, S=6, E=3, H=3, F=5),
+EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
     edge("odd head size, more queries than keys", B=2, L=7, S=3, E=10, H=2, F=13),
+    edge("head size 1", B=2, L=4, S=6, E=3, H=3, F=5),
+    edge("one head", B=3, L=5, S=4, E=5, H=1, F=7),
+    edge("one sequence, one position", B=1, L=1, S=1, E=6, H=2, F=9),
 )
 CASES = CaseTable(draw=hidden_sizes, edges=EDGES, draws=2)
 
@@ -234,21 +236,31 @@ def assert_close_where_defined(
     `defined` is [B, L]; `expected` is [B, L, ...] or [B, H, L, S] ("weights")."""
     check_tensor_kind(actual, expected, call=call, what=what)
     tolerance = tolerances[expected.dtype]
+    project = None
     if defined is not None and not bool(defined.all()):
         keep = defined.to(expected.device)
         keep = keep[:, None, :, None] if what == "weights" else keep[:, :, None]
         zero = torch.zeros((), dtype=expected.dtype, device=expected.device)
-        actual, expected = torch.where(keep, actual, zero), torch.where(keep, expected, zero)
+
+        def project(value):
+            return torch.where(keep, value, zero)
+
+        actual, expected = project(actual), project(expected)
     nan = torch.isnan(actual.detach().cpu()) & ~torch.isnan(expected.cpu())
     if nan.any():
         where = tuple(int(i) for i in nan.nonzero()[0])
-        raise AssertionError(
+        raise Mismatch(
             f"{call} returned {what} with NaN at index {where} ({int(nan.sum())} of {nan.numel()} elements) "
             f"where PyTorch gives {expected[where].item():.6g}. NaN usually comes from a softmax over a row of "
             "-inf, a query whose every key was blocked: here a boolean mask is True where attention is BLOCKED "
-            "(the opposite of F.scaled_dot_product_attention), and key_padding_mask [B, S] blocks keys, not queries"
+            "(the opposite of F.scaled_dot_product_attention), and key_padding_mask [B, S] blocks keys, not queries",
+            what=what,
+            actual=actual,
+            expected=expected,
+            tolerance=tolerance,
+            project=project,
         )
-    assert_close(actual, expected, call=call, what=what, tolerance=tolerance)
+    assert_close(actual, expected, call=call, what=what, tolerance=tolerance, project=project)
 
 
 def assert_dropout_is_active(first: torch.Tensor, second: torch.Tensor, *, call: str) -> None:
@@ -269,10 +281,31 @@ def module_repr(name: str, **kwargs) -> str:
 
 
 @dataclass(frozen=True)
+class Probe:
+    """One part of a layer, checked on its own when the layer's output is wrong: the learner's
+    submodule `learner` is called (by `call(submodule, args, kwargs)`) with the very inputs
+    PyTorch's `reference` submodule received in the reference's forward, and its result is
+    compared with what PyTorch's `output_of` submodule (by default the same) returned."""
+
+    learner: str
+    reference: str
+    call: Callable
+    output_of: str | None = None
+
+
+def attention_probe(name: str) -> Probe:
+    """The learner's attention submodule `name`, called as the stubs declare it (query, key,
+    value, attn_mask, key_padding_mask), on the inputs and the explicit masks PyTorch's got."""
+    return Probe(
+        name, name, lambda attention, args, kw: attention(*args[:3], kw.get("attn_mask"), kw.get("key_padding_mask"))
+    )
+
+
+@dataclass(frozen=True)
 class ModuleKata:
     """How a module kata mirrors its PyTorch module.
 
-    cls: the class the learner writes. asks: its submodules, for messages. inputs: forward's
+    kata: its name. cls: the class the learner writes. asks: its submodules, for messages. inputs: forward's
     tensor arguments in order. reference(case, options): PyTorch's module in float64.
     parameters(reference): its parameters under the kata's names. arguments(case, options):
     the learner's constructor call, ({name: positional value}, {keyword: value}). forward(reference, inputs, kwargs):
@@ -280,6 +313,7 @@ class ModuleKata:
     the learner's result as {what: tensor}, after checking its form. shapes(case, inputs, kwargs):
     {what: shape} of the results (for the "meta" device, which has no values)."""
 
+    kata: str
     cls: str
     asks: str
     inputs: tuple[str, ...]
@@ -290,16 +324,21 @@ class ModuleKata:
     outputs: Callable = lambda result, call, kwargs: {"output": result}
     shapes: Callable = lambda case, inputs, kwargs: {"output": next(iter(inputs.values())).shape}
     tolerances: Mapping = field(default_factory=lambda: MODULE_TOLERANCES)
+    probes: tuple[Probe, ...] = ()
 
 
 @dataclass
 class Built:
     """The learner's module (eval() mode unless asked, parameters copied, on the device), the
-    float64 reference, and how the module was built, for messages."""
+    float64 reference, how the module was built (for messages), its case, and `remake`:
+    the same construction, weights and mode with another implementation (a known slip's,
+    for the diagnosis)."""
 
     module: nn.Module
     reference: nn.Module
     name: str
+    case: dict
+    remake: Callable[[object], nn.Module]
 
 
 def build(
@@ -308,35 +347,124 @@ def build(
     reference = randomise_(mk.reference(case, options), gen, dtype)
     positional, keywords = mk.arguments(case, options)
     name = module_repr(mk.cls, **positional, **keywords)
-    module = getattr(kata, mk.cls)(*positional.values(), **keywords).to(dtype)
-    load_parameters(module, mk.parameters(reference), what=mk.cls, asks=mk.asks, built=name)
-    module.to(device)
     if not train:
-        module.eval()
         name += ".eval()" if keywords.get("dropout") else ""
-    return Built(module, reference, name)
+
+    def make(implementation, mode: bool = train) -> nn.Module:
+        module = getattr(implementation, mk.cls)(*positional.values(), **keywords).to(dtype)
+        load_parameters(module, mk.parameters(reference), what=mk.cls, asks=mk.asks, built=name)
+        return module.to(device).train(mode)
+
+    with diagnosing(mk.kata, lambda implementation: {"module": make(implementation)}, dict(case)):
+        module = make(kata)
+    built = Built(module, reference, name, dict(case), lambda implementation: None)
+    built.remake = lambda implementation: make(implementation, built.module.training)
+    return built
+
+
+def _copies(tensors: dict) -> dict:
+    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in tensors.items()}
+
+
+def _run(mk: ModuleKata, module: nn.Module, text: str, inputs: dict, kwargs: dict) -> dict:
+    watched = inputs | {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
+    result = call_and_check_inputs(lambda: module(*inputs.values(), **kwargs), text, **watched)
+    return mk.outputs(result, text, kwargs)
+
+
+def _replay(mk: ModuleKata, built: Built, text: str, inputs: dict, kwargs: dict):
+    """The same call, with another implementation's module (same weights, same mode), on copies
+    of the inputs taken now (before the learner's call can change them) and with the random
+    state of now (so dropout draws the same masks)."""
+    inputs, kwargs, state = _copies(inputs), _copies(kwargs), torch.get_rng_state()
+
+    def replay(implementation) -> dict:
+        module = built.remake(implementation)
+        torch.set_rng_state(state)
+        return _run(mk, module, text, _copies(inputs), _copies(kwargs))
+
+    return replay
 
 
 def call(mk: ModuleKata, built: Built, inputs: dict, **kwargs) -> tuple[str, dict]:
     """(how the call looked, the learner's outputs), after checking no input was changed in place."""
     text = call_repr(built.name, *inputs.values(), **kwargs)
-    watched = inputs | {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
-    result = call_and_check_inputs(lambda: built.module(*inputs.values(), **kwargs), text, **watched)
-    return text, mk.outputs(result, text, kwargs)
+    replay = _replay(mk, built, text, inputs, kwargs)
+    with diagnosing(mk.kata, replay, built.case):
+        return text, _run(mk, built.module, text, inputs, kwargs)
 
 
 def check(mk: ModuleKata, built: Built, inputs: dict, **kwargs) -> None:
     """The learner's outputs against PyTorch's, on the rows where they are defined."""
     want, defined = mk.forward(built.reference, {k: t.detach().cpu().double() for k, t in inputs.items()}, kwargs)
+    replay = _replay(mk, built, call_repr(built.name, *inputs.values(), **kwargs), inputs, kwargs)
     text, got = call(mk, built, inputs, **kwargs)
     first = next(iter(inputs.values()))
-    for what, expected in want.items():
-        if expected is None:
-            if got.get(what) is not None:
-                raise AssertionError(f"{text} returned {what} {describe(got[what])}; expected None")
-            continue
-        expected = expected.to(dtype=first.dtype, device=first.device)
-        assert_close_where_defined(got[what], expected, defined, call=text, what=what, tolerances=mk.tolerances)
+    try:
+        with diagnosing(mk.kata, replay, built.case):
+            for what, expected in want.items():
+                if expected is None:
+                    if got.get(what) is not None:
+                        raise AssertionError(f"{text} returned {what} {describe(got[what])}; expected None")
+                    continue
+                expected = expected.to(dtype=first.dtype, device=first.device)
+                assert_close_where_defined(got[what], expected, defined, call=text, what=what, tolerances=mk.tolerances)
+    except Mismatch as error:
+        if mk.probes and not error.kind_only and hasattr(error, "kata_diagnosis"):
+            error.kata_diagnosis = [*error.kata_diagnosis, *_step_by_step(mk, built, inputs, kwargs, defined)]
+        raise
+
+
+def _step_by_step(mk: ModuleKata, built: Built, inputs: dict, kwargs: dict, defined) -> list[str]:
+    """'step by step, on PyTorch's own inputs to each part: your self_attn matches; ...'."""
+    try:
+        captured = {}
+        hooks = []
+        for probe in mk.probes:
+            for name in {probe.reference, probe.output_of or probe.reference}:
+
+                def hook(module, args, kw, output, name=name):
+                    captured.setdefault(name, (args, kw, output[0] if isinstance(output, tuple) else output))
+
+                hooks.append(built.reference.get_submodule(name).register_forward_hook(hook, with_kwargs=True))
+        try:
+            mk.forward(built.reference, {k: t.detach().cpu().double() for k, t in inputs.items()}, kwargs)
+        finally:
+            for handle in hooks:
+                handle.remove()
+        first = next(iter(inputs.values()))
+        findings = []
+        for probe in mk.probes:
+            args, kw, _ = captured[probe.reference]
+            expected = captured[probe.output_of or probe.reference][2]
+
+            def cast(value):
+                if not isinstance(value, torch.Tensor):
+                    return value
+                value = value.detach().to(first.device)
+                return value.to(first.dtype) if value.is_floating_point() else value
+
+            with torch.no_grad():
+                got = probe.call(
+                    built.module.get_submodule(probe.learner),
+                    [cast(a) for a in args],
+                    {k: cast(v) for k, v in kw.items()},
+                )
+            try:
+                assert_close_where_defined(
+                    got, cast(expected), defined, call="", what="output", tolerances=mk.tolerances
+                )
+                findings.append(f"your {probe.learner} matches")
+            except AssertionError:
+                findings.append(f"your {probe.learner} differs")
+    except Exception:  # noqa: BLE001 - a hint only: the learner's parts may not be callable this way
+        return []
+    verdict = (
+        "; the slip is in how they are put together (residuals, norms, their order, the feed-forward branch)"
+        if all(f.endswith("matches") for f in findings)
+        else ""
+    )
+    return ["step by step, each part on PyTorch's own inputs to it: " + "; ".join(findings) + verdict]
 
 
 def check_on_device(mk: ModuleKata, built: Built, case, inputs: dict, device: str, **kwargs) -> None:

@@ -66,9 +66,8 @@ class _Judged:
 
     def __exit__(self, kind, error, traceback):
         if isinstance(error, AssertionError) and not getattr(error, "case_named", False):
-            named = AssertionError(f"{self.case}: {error}")
-            named.case_named = True
-            raise named.with_traceback(traceback) from None
+            error.args = (f"{self.case}: {error}",)  # in place: its type and its diagnosis stay
+            error.case_named = True
         return False
 
 
@@ -117,6 +116,13 @@ class KataSpec:
 
     def tolerance(self, dtype: torch.dtype) -> dict:
         return self.tolerances[dtype]
+
+    def diagnosing(self, replay, sizes=None):
+        """Context manager: a failing check inside says which known slip it looks like
+        (see judge.testing.diagnosis); `replay(implementation)` gives {what: result}."""
+        from judge.testing.diagnosis import diagnosing
+
+        return diagnosing(self.kata, replay, dict(sizes or {}))
 
     def assert_close(self, actual, expected: torch.Tensor, *, call: str, what: str = "result", tolerance=None) -> None:
         """checks.assert_close with this kata's tolerance for the expected result's dtype."""
