@@ -127,6 +127,14 @@ CAUSAL_MASK = Rules(
     why="this kata asks you to build that mask yourself",
 )
 
+RMS_NORM = Rules(
+    functions=("rms_norm", "_fused_rms_norm"),
+    kernels=("rms_norm",),
+    modules=(nn.RMSNorm,),
+    code=((nn.RMSNorm, "forward", "nn.RMSNorm.forward"),),
+    why="this kata asks you to write RMSNorm yourself",
+)
+
 # Names that switch the detection off or reach below it; no kata needs them.
 ESCAPE_HATCHES = (
     "_C",
