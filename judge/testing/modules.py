@@ -140,14 +140,15 @@ def defined_rows(B: int, L: int, S: int, attn_mask=None, key_padding_mask=None) 
 @torch.no_grad()
 def randomise_(module: nn.Module, gen: torch.Generator, dtype) -> nn.Module:
     """Every parameter random, then rounded to `dtype` (the module itself stays float64):
-    Linear weights N(0, 1/fan_in), LayerNorm weights 1 + N(0, 0.4^2), biases N(0, 0.4^2).
-    Activations stay O(1) and the attention weights spread out instead of saturating."""
+    Linear weights N(0, 1/fan_in), norm weights (LayerNorm, RMSNorm, of any shape)
+    1 + N(0, 0.4^2), biases N(0, 0.4^2). Activations stay O(1) and the attention weights
+    spread out instead of saturating."""
     for sub in module.modules():
         for name, p in sub.named_parameters(recurse=False):
-            if p.dim() == 2:
-                value = randn(gen, *p.shape, dtype=torch.float64, std=p.shape[1] ** -0.5)
-            elif isinstance(sub, nn.LayerNorm) and name == "weight":
+            if isinstance(sub, (nn.LayerNorm, nn.RMSNorm)) and name == "weight":
                 value = 1 + randn(gen, *p.shape, dtype=torch.float64, std=0.4)
+            elif p.dim() == 2:
+                value = randn(gen, *p.shape, dtype=torch.float64, std=p.shape[1] ** -0.5)
             else:
                 value = randn(gen, *p.shape, dtype=torch.float64, std=0.4)
             p.copy_(value.to(dtype).double())
