@@ -1,5 +1,5 @@
-"""The shared path of the module katas (after PyTorch's ModuleInfo): multi_head_attention,
-causal_lm_block, encoder_layer, decoder_layer.
+"""The shared path of the module katas (after PyTorch's ModuleInfo): the attention modules,
+layers and blocks whose learner writes an nn.Module mirrored by one of PyTorch's.
 
 A kata declares a ModuleKata: the class the learner writes, PyTorch's module it mirrors,
 how parameters are named on each side, and how each side is called. One path then serves
@@ -40,7 +40,7 @@ from judge.testing.spec import CaseTable, edge
 # x 7 cases (the edge cases included) on the solutions and every variant: encoder and
 # decoder layers reach at most 0.14 of LAYER_TOLERANCES, the GPT-2 block 0.15 of
 # MODULE_TOLERANCES (0.45 of the layers'; GELU and LayerNorms over 3 values are its worst).
-# Half precision: measured by the random draws (the edge cases run in float32 and float64).
+# Half precision: measured on the random draws (the edge cases run in float64).
 # The subtlest float32 mutant (tanh GELU) is off by >3e-4, and every slip is caught in
 # float64, whose tolerance stays tight.
 MODULE_TOLERANCES = {
