@@ -229,10 +229,25 @@ def load_parameters(
 # --------------------------------------------------------------------------- judging
 
 
+# Why a NaN appears where PyTorch has a number, for the masks of nn.* modules (True = blocked).
+NN_NAN_HINT = (
+    "NaN usually comes from a softmax over a row of -inf, a query whose every key was blocked: here a boolean "
+    "mask is True where attention is BLOCKED (the opposite of F.scaled_dot_product_attention), and "
+    "key_padding_mask [B, S] blocks keys, not queries"
+)
+# The same for the masks of F.scaled_dot_product_attention (True = may attend).
+SDPA_NAN_HINT = (
+    "NaN usually comes from a softmax over a row of -inf, a query whose every key was blocked: here, as in "
+    "F.scaled_dot_product_attention, a boolean attn_mask is True where a query MAY attend (False blocks), and "
+    "is_causal blocks only the keys j > i (query i always sees key i)"
+)
+
+
 def assert_close_where_defined(
-    actual, expected: torch.Tensor, defined, *, call: str, what: str, tolerances: Mapping
+    actual, expected: torch.Tensor, defined, *, call: str, what: str, tolerances: Mapping, nan_hint: str = NN_NAN_HINT
 ) -> None:
-    """assert_close, skipping undefined rows.
+    """assert_close, skipping undefined rows; a NaN where PyTorch has a number is explained
+    with `nan_hint`.
 
     `defined` is [B, L]; `expected` is [B, L, ...] or [B, H, L, S] ("weights")."""
     check_tensor_kind(actual, expected, call=call, what=what)
@@ -252,9 +267,7 @@ def assert_close_where_defined(
         where = tuple(int(i) for i in nan.nonzero()[0])
         raise Mismatch(
             f"{call} returned {what} with NaN at index {where} ({int(nan.sum())} of {nan.numel()} elements) "
-            f"where PyTorch gives {expected[where].item():.6g}. NaN usually comes from a softmax over a row of "
-            "-inf, a query whose every key was blocked: here a boolean mask is True where attention is BLOCKED "
-            "(the opposite of F.scaled_dot_product_attention), and key_padding_mask [B, S] blocks keys, not queries",
+            f"where PyTorch gives {expected[where].item():.6g}. {nan_hint}",
             what=what,
             actual=actual,
             expected=expected,
@@ -306,13 +319,16 @@ def attention_probe(name: str) -> Probe:
 class ModuleKata:
     """How a module kata mirrors its PyTorch module.
 
-    kata: its name. cls: the class the learner writes. asks: its submodules, for messages. inputs: forward's
-    tensor arguments in order. reference(case, options): PyTorch's module in float64.
-    parameters(reference): its parameters under the kata's names. arguments(case, options):
-    the learner's constructor call, ({name: positional value}, {keyword: value}). forward(reference, inputs, kwargs):
-    PyTorch's result, ({what: expected or None}, defined [B, L]). outputs(result, call, kwargs):
-    the learner's result as {what: tensor}, after checking its form. shapes(case, inputs, kwargs):
-    {what: shape} of the results (for the "meta" device, which has no values)."""
+    kata: its name. cls: the class the learner writes. asks: its submodules, for messages.
+    inputs: forward's tensor arguments in order. reference(case, options): PyTorch's module
+    in float64. parameters(reference): its parameters under the kata's names.
+    arguments(case, options): the learner's constructor call, ({name: positional value},
+    {keyword: value}). forward(reference, inputs, kwargs): PyTorch's result, ({what: expected
+    or None}, defined [B, L]). outputs(result, call, kwargs): the learner's result as {what:
+    tensor}, after checking its form. shapes(case, inputs, kwargs): {what: shape} of the
+    results (for the "meta" device, which has no values). tolerances: per dtype. probes: the
+    parts of a layer to run alone when its output is wrong. nan_hint: why a NaN appears, in
+    the terms of the kata's mask polarity."""
 
     kata: str
     cls: str
@@ -326,6 +342,7 @@ class ModuleKata:
     shapes: Callable = lambda case, inputs, kwargs: {"output": next(iter(inputs.values())).shape}
     tolerances: Mapping = field(default_factory=lambda: MODULE_TOLERANCES)
     probes: tuple[Probe, ...] = ()
+    nan_hint: str = NN_NAN_HINT
 
 
 @dataclass
@@ -409,7 +426,9 @@ def check(mk: ModuleKata, built: Built, inputs: dict, **kwargs) -> None:
                         raise AssertionError(f"{text} returned {what} {describe(got[what])}; expected None")
                     continue
                 expected = expected.to(dtype=first.dtype, device=first.device)
-                assert_close_where_defined(got[what], expected, defined, call=text, what=what, tolerances=mk.tolerances)
+                assert_close_where_defined(
+                    got[what], expected, defined, call=text, what=what, tolerances=mk.tolerances, nan_hint=mk.nan_hint
+                )
     except Mismatch as error:
         if mk.probes and not error.kind_only and hasattr(error, "kata_diagnosis"):
             error.kata_diagnosis = [*error.kata_diagnosis, *_step_by_step(mk, built, inputs, kwargs, defined)]

@@ -17,7 +17,9 @@ def frequencies(D: int, base: float = 10000.0) -> torch.Tensor:
     return base ** (-torch.arange(0, D // 2, dtype=torch.float64) * 2 / D)
 
 
-def rope(x: torch.Tensor, positions: torch.Tensor | None = None, *, base: float = 10000.0, interleaved: bool = False) -> torch.Tensor:
+def rope(
+    x: torch.Tensor, positions: torch.Tensor | None = None, *, base: float = 10000.0, interleaved: bool = False
+) -> torch.Tensor:
     """x [..., T, D] rotated at `positions` [T] (default arange(T)), in float64 on the CPU."""
     x = x.detach().cpu().double()
     T, D = x.shape[-2], x.shape[-1]

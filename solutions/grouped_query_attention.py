@@ -1,0 +1,100 @@
+"""Kata: grouped-query attention (GQA), the self-attention of Llama 2/3 and Mistral: fewer
+key/value heads than query heads, each shared by a group of consecutive query heads."""
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+
+class GroupedQueryAttention(nn.Module):
+    """Grouped-query self-attention, as F.scaled_dot_product_attention(..., enable_gqa=True)
+    between four nn.Linear projections.
+
+    Sizes: B batch, T sequence length, E embed_dim, H num_heads, KV num_kv_heads,
+    hs = E // H the head size, G = H // KV the query heads per key/value head.
+    KV = 1 is multi-query attention (MQA); KV = H is plain multi-head attention (MHA).
+
+    __init__(embed_dim, num_heads, num_kv_heads=None, bias=False)
+        - num_kv_heads=None means num_kv_heads = num_heads (plain multi-head attention).
+        - raise ValueError unless embed_dim % num_heads == 0 and num_heads % num_kv_heads == 0.
+        - exactly four submodules, each an nn.Linear with bias=bias (bias=True puts a bias
+          on all four; the default is no bias anywhere):
+            q_proj: E -> H * hs        k_proj: E -> KV * hs
+            v_proj: E -> KV * hs       o_proj: H * hs -> E
+          The grader copies its weights into them by name.
+
+    forward(x [B, T, E], attn_mask=None, is_causal=False) -> [B, T, E]
+        - heads: features h*hs .. (h+1)*hs - 1 of q_proj's output are query head h; the same
+          for k_proj's and v_proj's outputs with the KV key/value heads. After attention the
+          heads go back side by side in the same order (head h at features h*hs ..) into o_proj.
+        - query head h reads key/value head h // G: CONSECUTIVE query heads share a kv head
+          (with H = 4, KV = 2: query heads 0, 1 read kv head 0; heads 2, 3 read kv head 1),
+          as repeat_interleave and enable_gqa=True do.
+        - scores scaled by 1 / sqrt(hs), the HEAD size; softmax over the keys.
+        - masks follow F.scaled_dot_product_attention, NOT nn.MultiheadAttention:
+          a BOOLEAN attn_mask is True where a query MAY attend to a key (False = blocked);
+          a FLOAT attn_mask is ADDED to the scores (0 = no change, -inf = blocked).
+          attn_mask is broadcastable to [B, H, T, T]: [T, T], [B, 1, T, T] or [B, H, T, T].
+        - is_causal=True: query i sees keys 0..i only (key j blocked when j > i).
+        - raise ValueError when both attn_mask and is_causal=True are given (as
+          F.scaled_dot_product_attention refuses them).
+        - a query row whose every key is blocked is undefined and never judged.
+        - no dropout; the output has x's dtype and device; x is not modified.
+        - a blocked score must become -inf (or the dtype's lowest value): -1e9 does not
+          fit in float16.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, num_kv_heads: int | None = None, bias: bool = False):
+        super().__init__()
+        ### BEGIN SOLUTION
+        # TODO: num_kv_heads=None means one kv head per query head; raise ValueError unless
+        # TODO: embed_dim % num_heads == 0 and num_heads % num_kv_heads == 0.
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if embed_dim % num_heads != 0:
+            raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
+        if num_kv_heads < 1 or num_heads % num_kv_heads != 0:
+            raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
+        # TODO: keep the sizes for forward: H, KV and the head size hs = E // H.
+        self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
+        self.head_dim = embed_dim // num_heads
+        hs = self.head_dim
+        # TODO: q_proj E -> H*hs, k_proj and v_proj E -> KV*hs, o_proj H*hs -> E (nn.Linear, bias=bias).
+        self.q_proj = nn.Linear(embed_dim, num_heads * hs, bias=bias)
+        self.k_proj = nn.Linear(embed_dim, num_kv_heads * hs, bias=bias)
+        self.v_proj = nn.Linear(embed_dim, num_kv_heads * hs, bias=bias)
+        self.o_proj = nn.Linear(num_heads * hs, embed_dim, bias=bias)
+        ### END SOLUTION
+
+    def forward(self, x: Tensor, attn_mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
+        ### BEGIN SOLUTION
+        # TODO: refuse attn_mask together with is_causal=True (ValueError).
+        if attn_mask is not None and is_causal:
+            raise ValueError("give attn_mask or is_causal=True, not both")
+        B, T, _ = x.shape
+        H, KV, hs = self.num_heads, self.num_kv_heads, self.head_dim
+        # TODO: project, then split into heads: q (B, H, T, hs), k and v (B, KV, T, hs).
+        q = self.q_proj(x).view(B, T, H, hs).transpose(1, 2)  # (B, H, T, hs)
+        k = self.k_proj(x).view(B, T, KV, hs).transpose(1, 2)  # (B, KV, T, hs)
+        v = self.v_proj(x).view(B, T, KV, hs).transpose(1, 2)  # (B, KV, T, hs)
+        # TODO: query head h reads kv head h // (H // KV): CONSECUTIVE query heads share one.
+        k = k.repeat_interleave(H // KV, dim=1)  # (B, H, T, hs)
+        v = v.repeat_interleave(H // KV, dim=1)  # (B, H, T, hs)
+        # TODO: scores scaled by 1/sqrt(hs), the HEAD size.
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, H, T, T)
+        # TODO: is_causal blocks key j > i; a boolean mask blocks where FALSE; a float mask is added.
+        if is_causal:  # query i sees keys 0..i
+            future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+            scores = scores.masked_fill(future, float("-inf"))
+        if attn_mask is not None:  # broadcast over (B, H, T, T)
+            if attn_mask.dtype == torch.bool:
+                scores = scores.masked_fill(~attn_mask, float("-inf"))
+            else:
+                scores = scores + attn_mask
+        # TODO: softmax over the keys, weighted sum of the values.
+        weights = torch.softmax(scores, dim=-1)  # (B, H, T, T)
+        out = weights @ v  # (B, H, T, hs)
+        # TODO: heads back side by side (B, T, H*hs), then o_proj.
+        out = out.transpose(1, 2).reshape(B, T, H * hs)  # (B, T, H*hs)
+        return self.o_proj(out)
+        ### END SOLUTION

@@ -1,0 +1,77 @@
+"""Kata: rotary position embedding (RoPE), as in RoFormer, GPT-NeoX and Llama."""
+
+import torch
+from torch import Tensor
+
+
+def apply_rotary_embedding(
+    x: Tensor,
+    positions: Tensor | None = None,
+    *,
+    base: float = 10000.0,
+    interleaved: bool = False,
+) -> Tensor:
+    """Rotate each head vector of x [..., T, D] by its token's position: RoPE.
+
+    The D coordinates of a vector form D/2 pairs (a, b). Pair i of the token at position p
+    turns by the angle p * theta_i, with theta_i = base ** (-2i / D), i = 0 .. D/2 - 1
+    (pair 0 turns fastest, by one radian per position):
+
+        (a, b) -> (a * cos(p * theta_i) - b * sin(p * theta_i),
+                   a * sin(p * theta_i) + b * cos(p * theta_i))
+
+    Which coordinates make pair i is the layout:
+        interleaved=False (the default): the rotate-half layout of GPT-NeoX and Hugging
+            Face Llama: a = x[..., i] and b = x[..., i + D/2].
+        interleaved=True: the RoFormer / original Llama layout: a = x[..., 2i] and
+            b = x[..., 2i + 1].
+    Either way the rotated pair goes back where it came from.
+
+    Args:
+        x: [..., T, D], with any number of leading dimensions (none, [B] or [B, H]); it
+            may be non-contiguous (a transposed q). D must be even: an odd D raises
+            ValueError.
+        positions: integer tensor [T] on x's device, the position of each of the T tokens:
+            any integers, e.g. arange(100, 100 + T) for tokens decoded after 100 others.
+            None (the default) means arange(T).
+        base: the frequency base, keyword only (10000 in the papers).
+        interleaved: the layout above, keyword only.
+
+    Returns:
+        A new tensor of x's shape, dtype and device; x itself is left unchanged.
+
+    Compute the angles in float32 (or float64) whatever x's dtype, and cast the result to
+    x's dtype at the end: float16 cannot even represent position 2049, nor bfloat16
+    position 257. float32 accuracy is expected for every dtype (float64 x included).
+
+    Example:
+        >>> apply_rotary_embedding(torch.tensor([[1.0, 0.0], [1.0, 0.0]]))
+        tensor([[1.0000, 0.0000],
+                [0.5403, 0.8415]])
+    """
+    ### BEGIN SOLUTION
+    # TODO: read T and D from x's last two dimensions; reject an odd D with a ValueError.
+    T, D = x.shape[-2], x.shape[-1]
+    if D % 2 != 0:
+        raise ValueError(f"the head size D must be even to make pairs, got D = {D}")
+    half = D // 2
+    # TODO: the angles p * theta_i, [T, D/2], in float32 (float64 for a float64 x).
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32  # half is too coarse for angles
+    if positions is None:
+        positions = torch.arange(T, device=x.device)
+    theta = base ** (-torch.arange(half, dtype=work, device=x.device) * 2 / D)  # (D/2,)
+    angles = positions.to(device=x.device, dtype=work)[:, None] * theta[None, :]  # (T, D/2)
+    cos, sin = angles.cos(), angles.sin()  # (T, D/2) each, broadcast over the leading dims
+    # TODO: pick the pairs (a, b) by the layout, rotate them, put each back where it was.
+    xw = x.to(work)
+    if interleaved:  # pair i is (x[2i], x[2i + 1])
+        a, b = xw[..., 0::2], xw[..., 1::2]  # (..., T, D/2) each
+    else:  # rotate-half: pair i is (x[i], x[i + D/2])
+        a, b = xw[..., :half], xw[..., half:]  # (..., T, D/2) each
+    first, second = a * cos - b * sin, a * sin + b * cos  # (..., T, D/2) each
+    if interleaved:
+        rotated = torch.stack([first, second], dim=-1).flatten(-2)  # (..., T, D): back to 2i, 2i + 1
+    else:
+        rotated = torch.cat([first, second], dim=-1)  # (..., T, D): back to i, i + D/2
+    return rotated.to(x.dtype)
+    ### END SOLUTION

@@ -1,0 +1,449 @@
+"""llama_block: judged against the same composition built in float64 from PyTorch's own parts.
+
+The reference is a small nn.Module below whose parameters carry the kata's names, so they
+map one to one: nn.RMSNorm (attention_norm, ffn_norm), RoPE as complex multiplication
+(judge.testing.rope), F.scaled_dot_product_attention(is_causal=True, enable_gqa=True) and
+F.silu. Every parameter is random (the RMSNorm weights 1 + N(0, 0.4^2), gate and up
+different), see judge.testing.modules.randomise_. When the block's output is wrong, the
+attention and the feed-forward are each run on the very inputs the reference's got (probes),
+so the failure says which part differs.
+"""
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from judge.forbidden import ATTENTION
+from judge.testing import modules
+from judge.testing.checks import Mismatch, assert_prints_nothing, assert_raises_value_error, check_tensor_kind
+from judge.testing.inputs import randn
+from judge.testing.modules import NON_DEFAULT_EPS, ModuleKata, Probe
+from judge.testing.rope import rope
+from judge.testing.spec import Case, CaseTable, KataSpec, dtypes, edge
+
+FULL = [torch.float32, torch.float64]
+HALF = [torch.float16, torch.bfloat16]
+
+# (rtol, atol) per dtype against the float64 reference rounded to that dtype. Measured over
+# 100 seeds x 8 cases (the edge cases included; positions default, offset, with gaps and
+# unsorted up to ~50, and from 2100 to 3000 in half precision; the defaults on inputs of
+# std 1e-3) on the solution and both variants, the worst as a fraction of these:
+#   float64 0.21 (2.0e-6 off), float32 0.15 (4.1e-6 off), float16 0.23, bfloat16 0.29.
+# float64 is wider than a single op's because RoPE angles computed in float32 (the usual
+# inv_freq) are accepted for every dtype: their rounding, about position * 1.2e-7 rad, is
+# what float64 results carry (a variant with float64 angles is 1e-14 off). Where a slip shows,
+# it is off by 8.9e-4 or more in float32 (the subtlest: norm_eps ignored; rope_base ignored
+# 6e-3, every other slip more than 0.04), and angles computed in float16 by whole radians.
+TOLERANCES = {
+    torch.float64: {"rtol": 5e-6, "atol": 5e-6},
+    torch.float32: {"rtol": 1e-5, "atol": 2e-5},
+    torch.float16: {"rtol": 3e-2, "atol": 3e-2},
+    torch.bfloat16: {"rtol": 2e-1, "atol": 2e-1},
+}
+TOLERANCE_NOTE = (
+    "float32 RoPE angles are accepted in float64 too (about position * 1.2e-7 rad); half precision: "
+    "two RMSNorms, GQA and SwiGLU compound: the solution and variants measured at most 0.29 of these"
+)
+
+ROPE_BASES = (100.0, 1000.0, 500000.0)  # never the default: a rope_base that is ignored shows
+
+
+def llama_d_ff(d_model: int, multiple_of: int) -> int:
+    """Llama's hidden width: 2/3 of 4 * d_model, truncated, then rounded up to multiple_of."""
+    return math.ceil(int(8 * d_model / 3) / multiple_of) * multiple_of
+
+
+# --------------------------------------------------------------------------- the reference
+
+
+class ReferenceAttention(nn.Module):
+    def __init__(self, C: int, H: int, KV: int, base: float):
+        super().__init__()
+        hs = C // H
+        self.H, self.KV, self.hs, self.base = H, KV, hs, base
+        self.q_proj = nn.Linear(C, H * hs, bias=False, dtype=torch.float64)
+        self.k_proj = nn.Linear(C, KV * hs, bias=False, dtype=torch.float64)
+        self.v_proj = nn.Linear(C, KV * hs, bias=False, dtype=torch.float64)
+        self.o_proj = nn.Linear(H * hs, C, bias=False, dtype=torch.float64)
+
+    def forward(self, x, positions):
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.H, self.hs).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, self.KV, self.hs).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.KV, self.hs).transpose(1, 2)
+        q, k = rope(q, positions, base=self.base), rope(k, positions, base=self.base)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, self.H * self.hs))
+
+
+class ReferenceFeedForward(nn.Module):
+    def __init__(self, C: int, d_ff: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(C, d_ff, bias=False, dtype=torch.float64)
+        self.up_proj = nn.Linear(C, d_ff, bias=False, dtype=torch.float64)
+        self.down_proj = nn.Linear(d_ff, C, bias=False, dtype=torch.float64)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class ReferenceBlock(nn.Module):
+    def __init__(self, C, H, KV, d_ff, base, eps):
+        super().__init__()
+        self.attention_norm = nn.RMSNorm(C, eps=eps, dtype=torch.float64)
+        self.attention = ReferenceAttention(C, H, KV, base)
+        self.ffn_norm = nn.RMSNorm(C, eps=eps, dtype=torch.float64)
+        self.feed_forward = ReferenceFeedForward(C, d_ff)
+
+    def forward(self, x, positions=None):
+        h = x + self.attention(self.attention_norm(x), positions)
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+def reference_module(case, options):
+    C, H = case["C"], case["H"]
+    d_ff = options.get("d_ff")
+    if d_ff is None:
+        d_ff = llama_d_ff(C, options.get("multiple_of", 256))
+    return ReferenceBlock(
+        C,
+        H,
+        options.get("num_kv_heads") or H,
+        d_ff,
+        options.get("rope_base", 10000.0),
+        options.get("norm_eps", 1e-6),
+    )
+
+
+def reference_forward(reference, inputs, kwargs):
+    positions = kwargs.get("positions")
+    output = reference(inputs["x"], None if positions is None else positions.cpu())
+    return {"output": output.detach()}, None  # causal by index: every row has a key
+
+
+BLOCK = ModuleKata(
+    kata="llama_block",
+    cls="LlamaBlock",
+    asks=(
+        "attention_norm, attention (with q_proj, k_proj, v_proj, o_proj), ffn_norm, "
+        "feed_forward (with gate_proj, up_proj, down_proj), no biases"
+    ),
+    inputs=("x",),
+    reference=reference_module,
+    parameters=lambda reference: dict(reference.named_parameters()),
+    arguments=lambda case, options: ({"d_model": case["C"], "num_heads": case["H"]}, options),
+    forward=reference_forward,
+    tolerances=TOLERANCES,
+    probes=(
+        Probe("attention", "attention", lambda attention, args, kw: attention(*args)),
+        Probe("feed_forward", "feed_forward", lambda feed_forward, args, kw: feed_forward(args[0])),
+    ),
+)
+
+# --------------------------------------------------------------------------- the case table
+# B batch, T length, C = d_model, H heads, KV kv heads, F an explicit d_ff, pos the positions
+# passed: "default" (none: arange(T)), "offset" (arange(o, o + T)), "gaps" (increasing, not
+# contiguous), "unsorted" (distinct, in no order).
+
+EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
+    edge("6 query heads share 2 kv heads, positions from 7", B=2, T=7, C=24, H=6, KV=2, F=37, pos="offset"),
+    edge("multi-query: one kv head, positions with gaps", B=3, T=5, C=12, H=3, KV=1, F=19, pos="gaps"),
+    edge("multi-head: as many kv heads as heads", B=2, T=6, C=10, H=5, KV=5, F=9, pos="default"),
+    edge("one position", B=2, T=1, C=8, H=2, KV=1, F=11, pos="offset"),
+    edge("one sequence, one head", B=1, T=9, C=6, H=1, KV=1, F=13, pos="default"),
+)
+KINDS = ("offset", "gaps", "default")
+
+
+def hidden_sizes(rng, count: int) -> list[dict]:
+    """B, T, C and F all differ; the first draw is grouped (1 < KV < H), the others any."""
+    cases = []
+    for index in range(count):
+        if index == 0:
+            KV, group = rng.choice([(2, 2), (2, 3), (3, 2)])
+            H = KV * group
+        else:
+            H = rng.randint(1, 6)
+            KV = rng.choice([d for d in range(1, H + 1) if H % d == 0])
+        C = H * rng.choice([2, 4, 6, 8])
+        B, T = rng.sample([n for n in range(2, 12) if n != C], 2)
+        F_ = rng.choice([n for n in range(3, 3 * C + 8, 2) if n not in (B, T, C)])
+        cases.append({"B": B, "T": T, "C": C, "H": H, "KV": KV, "F": F_, "pos": KINDS[index % len(KINDS)]})
+    return cases
+
+
+CASES = CaseTable(draw=hidden_sizes, edges=EDGES, draws=3)
+
+
+def make_positions(gen, T: int, kind: str, offset: int | None = None) -> torch.Tensor | None:
+    """The positions of a case's tokens, int64 [T], or None for the default."""
+    if kind == "default":
+        return None
+    if kind == "offset":
+        start = offset if offset is not None else int(torch.randint(1, 40, (1,), generator=gen))
+        return torch.arange(start, start + T)
+    if kind == "gaps":
+        return torch.randperm(4 * T, generator=gen)[:T].sort().values
+    if kind == "unsorted":
+        return torch.randperm(3 * T, generator=gen)[:T]
+    raise ValueError(kind)
+
+
+def shown(positions: torch.Tensor | None) -> str:
+    if positions is None:
+        return "default"
+    values = positions.tolist()
+    return str(values) if len(values) <= 12 else f"[{values[0]}, {values[1]}, ..., {values[-1]}]"
+
+
+def with_positions(case: Case, positions) -> Case:
+    sizes = {k: v for k, v in case.sizes.items() if k != "pos"} | {"positions": shown(positions)}
+    return Case(case.desc, sizes, case.edge)
+
+
+def benchmark(kata, device):
+    """(kata call, reference call) at batch 8, length 128, d_model 512, 8 heads sharing 2 kv
+    heads, d_ff 1536 (Llama's rule), in eval() mode. The reference is the same composition as
+    PyTorch users write it: nn.RMSNorm, RoPE from float32 angles, F.scaled_dot_product_attention
+    (is_causal=True, enable_gqa=True), F.silu."""
+    B, T, C, H, KV = 8, 128, 512, 8, 2
+    reference = FastReferenceBlock(C, H, KV, llama_d_ff(C, 256)).to(device).eval()
+    module = kata.LlamaBlock(C, H, KV)
+    modules.load_parameters(module, dict(reference.named_parameters()), what=BLOCK.cls, asks=BLOCK.asks)
+    module.to(device).eval()
+    x = randn(torch.Generator().manual_seed(0), B, T, C, device=device)
+    return (lambda: module(x)), (lambda: reference(x))
+
+
+class FastReferenceBlock(nn.Module):
+    """The reference for timing: PyTorch's own pieces in the input's dtype and device."""
+
+    def __init__(self, C, H, KV, d_ff, base=10000.0, eps=1e-6):
+        super().__init__()
+        hs = C // H
+        self.H, self.KV, self.hs = H, KV, hs
+        self.register_buffer("inv_freq", 1.0 / base ** (torch.arange(0, hs, 2).float() / hs), persistent=False)
+        self.attention_norm = nn.RMSNorm(C, eps=eps)
+        self.ffn_norm = nn.RMSNorm(C, eps=eps)
+        self.attention = nn.Module()
+        for name, (i, o) in {
+            "q_proj": (C, H * hs),
+            "k_proj": (C, KV * hs),
+            "v_proj": (C, KV * hs),
+            "o_proj": (H * hs, C),
+        }.items():
+            self.attention.add_module(name, nn.Linear(i, o, bias=False))
+        self.feed_forward = nn.Module()
+        for name, (i, o) in {"gate_proj": (C, d_ff), "up_proj": (C, d_ff), "down_proj": (d_ff, C)}.items():
+            self.feed_forward.add_module(name, nn.Linear(i, o, bias=False))
+
+    def rotate(self, x, cos, sin):
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        a, f = self.attention, self.feed_forward
+        angles = torch.arange(T, device=x.device).float()[:, None] * self.inv_freq[None, :]
+        angles = torch.cat([angles, angles], dim=-1)
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        n = self.attention_norm(x)
+        q = a.q_proj(n).view(B, T, self.H, self.hs).transpose(1, 2)
+        k = a.k_proj(n).view(B, T, self.KV, self.hs).transpose(1, 2)
+        v = a.v_proj(n).view(B, T, self.KV, self.hs).transpose(1, 2)
+        y = F.scaled_dot_product_attention(
+            self.rotate(q, cos, sin), self.rotate(k, cos, sin), v, is_causal=True, enable_gqa=True
+        )
+        h = x + a.o_proj(y.transpose(1, 2).reshape(B, T, -1))
+        n = self.ffn_norm(h)
+        return h + f.down_proj(F.silu(f.gate_proj(n)) * f.up_proj(n))
+
+
+SPEC = KataSpec(
+    kata="llama_block",
+    symbol="LlamaBlock",
+    reference=(
+        "the same composition in float64: nn.RMSNorm, RoPE as complex multiplication, "
+        "F.scaled_dot_product_attention(is_causal=True, enable_gqa=True), F.silu"
+    ),
+    forbidden=ATTENTION,
+    tolerances=TOLERANCES,
+    tolerance_note=TOLERANCE_NOTE,
+    cases=CASES,
+    benchmark=benchmark,
+)
+
+# --------------------------------------------------------------------------- helpers
+
+
+def options_for(rng, case, *, defaults: bool = False) -> dict:
+    """Every option passed, none at its default (so one that is ignored shows), unless `defaults`."""
+    if defaults:
+        return {}
+    return {
+        "num_kv_heads": case["KV"],
+        "d_ff": case["F"],
+        "rope_base": rng.choice(ROPE_BASES),
+        "norm_eps": rng.choice(NON_DEFAULT_EPS),
+    }
+
+
+def build(kata, gen, rng, case, dtype=torch.float32, device="cpu", *, options=None):
+    options = options_for(rng, case) if options is None else options
+    return modules.build(BLOCK, kata, gen, case, options, dtype, device)
+
+
+def inputs(gen, case, dtype=torch.float32, device="cpu", std: float = 1.0) -> dict:
+    return {"x": randn(gen, case["B"], case["T"], case["C"], dtype=dtype, device=device, std=std)}
+
+
+def check(built, x, positions=None, device="cpu"):
+    kwargs = {} if positions is None else {"positions": positions.to(device)}
+    modules.check(BLOCK, built, x, **kwargs)
+
+
+def run_cases(kata, rng, gen, cases, dtype, device="cpu", *, kind=None, options=None, offset=None, std=1.0):
+    for case in cases:
+        positions = make_positions(gen, case["T"], kind or case["pos"], offset)
+        case = with_positions(case, positions)
+        with case.judged():
+            built = build(kata, gen, rng, case, dtype, device, options=options)
+            check(built, inputs(gen, case, dtype, device, std), positions, device)
+
+
+# --------------------------------------------------------------------------- the tests
+
+
+@dtypes(*FULL)
+def test_matches_the_llama_block_built_from_pytorch_parts(kata, rng, gen, dtype, device):
+    """Every option passed (num_kv_heads, d_ff, rope_base, norm_eps), positions default or explicit."""
+    run_cases(kata, rng, gen, CASES.cases(rng, edges=dtype == torch.float64), dtype, device)
+
+
+@dtypes(*FULL)
+def test_rotates_q_and_k_at_the_positions_given(kata, rng, gen, dtype):
+    """Explicit positions: an offset arange (the tokens after a prompt) and increasing ones with gaps."""
+    for kind in ("offset", "gaps"):
+        run_cases(kata, rng, gen, CASES.random(rng, 2), dtype, kind=kind)
+
+
+def test_causal_mask_goes_by_index_whatever_the_positions(kata, rng, gen):
+    """Positions in no order: token i still sees tokens 0..i, by index."""
+    run_cases(kata, rng, gen, CASES.random(rng, 2), torch.float64, kind="unsorted")
+
+
+def test_later_tokens_do_not_change_earlier_outputs(kata, rng, gen):
+    """Causality on its own: change x from index t on; the outputs before t must not move."""
+    case = CASES.random(rng)[0]
+    built = build(kata, gen, rng, case)
+    x = inputs(gen, case)
+    T = case["T"]
+    t = rng.randrange(1, T)
+    changed = {"x": x["x"].clone()}
+    changed["x"][:, t:] = randn(gen, case["B"], T - t, case["C"])
+    call, before = modules.call(BLOCK, built, x)
+    _, after = modules.call(BLOCK, built, changed)
+    check_tensor_kind(before["output"], x["x"], call=call, what="output")
+    moved = (before["output"][:, :t] - after["output"][:, :t]).abs().amax(dim=(0, 2)) > TOLERANCES[torch.float32][
+        "atol"
+    ]
+    if moved.any():
+        p = int(moved.nonzero()[0])
+        raise AssertionError(
+            f"{call}: changing x at indices {t}..{T - 1} only changed the output at index {p} < {t}; "
+            "the token at index i may attend to indices 0..i only (block key j > query i)"
+        )
+
+
+def test_d_ff_none_is_two_thirds_of_4_d_model_rounded_up_to_multiple_of(kata, rng, gen):
+    """d_ff=None with small multiple_of values, so rounding up and rounding down differ."""
+    for C, multiple_of in ((10, 8), (12, 5), (6, 4)):  # 26 -> 32, 32 -> 35, 16 -> 16
+        case = edge(f"Llama's d_ff, rounded up to a multiple of {multiple_of}", B=2, T=5, C=C, H=C // 2, KV=1)
+        want = llama_d_ff(C, multiple_of)
+        text = modules.module_repr("LlamaBlock", d_model=C, num_heads=C // 2, num_kv_heads=1, multiple_of=multiple_of)
+
+        def widths(implementation, C=C, multiple_of=multiple_of, text=text) -> dict:
+            block = implementation.LlamaBlock(C, C // 2, 1, multiple_of=multiple_of)
+            try:
+                parts = [block.get_submodule(f"feed_forward.{n}").weight for n in ("gate_proj", "up_proj", "down_proj")]
+            except AttributeError as error:
+                raise AssertionError(f"{text}: {error}; the kata asks for {BLOCK.asks}") from None
+            return {"d_ff": [tuple(p.shape) for p in parts]}
+
+        with case.judged(), SPEC.diagnosing(widths, case):
+            got = widths(kata)["d_ff"]
+            expected = [(want, C), (want, C), (C, want)]
+            if got != expected:
+                raise Mismatch(
+                    f"{text} built feed_forward weights of shapes gate_proj {list(got[0])}, up_proj {list(got[1])}, "
+                    f"down_proj {list(got[2])}; expected d_ff = {want}: int(2 * 4 * {C} / 3) = {int(8 * C / 3)}, "
+                    f"rounded UP to a multiple of {multiple_of}",
+                    what="d_ff",
+                    actual=got,
+                    expected=expected,
+                )
+        options = {"num_kv_heads": 1, "multiple_of": multiple_of, "norm_eps": 1e-3}
+        run_cases(kata, rng, gen, [case | {"pos": "default"}], torch.float32, options=options)
+
+
+def test_defaults_are_mha_llamas_d_ff_rope_base_10000_and_eps_1e_6(kata, rng, gen):
+    """LlamaBlock(d_model, num_heads) alone, on inputs small enough (std 1e-3) that eps=1e-6 matters."""
+    cases = [case | {"KV": case["H"]} for case in CASES.random(rng, 2)]
+    run_cases(kata, rng, gen, cases, torch.float32, options={}, std=1e-3)
+
+
+@dtypes(*HALF)
+def test_works_in_half_precision_at_positions_past_its_exact_integers(kata, rng, gen, dtype):
+    """Positions from 2100 on: float16 holds integers exactly only up to 2048, bfloat16 up to 256;
+    the angles must be computed in float32 or better."""
+    run_cases(kata, rng, gen, CASES.random(rng, 2), dtype, kind="offset", offset=rng.randint(2100, 3000))
+
+
+def test_raises_value_error_for_sizes_that_do_not_split(kata, rng):
+    """d_model not divisible by num_heads, num_heads not by num_kv_heads, an odd head size."""
+    H = rng.randint(2, 5)
+    for args, reason in (
+        ((2 * H * rng.randint(1, 3) + 1, H), "d_model cannot be split evenly into num_heads heads"),
+        ((4 * 6, 6, 4), "6 query heads cannot be shared evenly by 4 kv heads"),
+        ((3 * H, H), f"the head size {3 * H} // {H} = 3 is odd: RoPE rotates pairs"),
+    ):
+        assert_raises_value_error(
+            lambda args=args: kata.LlamaBlock(*args),
+            call=modules.module_repr("LlamaBlock", **dict(zip(("d_model", "num_heads", "num_kv_heads"), args))),
+            reason=reason,
+        )
+
+
+def test_has_exactly_the_parameters_of_a_llama_block(kata, rng, gen):
+    """attention_norm.weight, attention.{q,k,v,o}_proj.weight, ffn_norm.weight,
+    feed_forward.{gate,up,down}_proj.weight: no biases, k and v projecting to KV * hs."""
+    case = CASES.random(rng, 1)[0]
+    build(kata, gen, rng, case)
+
+
+def test_writes_its_own_attention(kata, rng, gen):
+    """The spec's forbidden rules refuse PyTorch's attention while the kata runs."""
+    case = CASES.random(rng, 1)[0]
+    built = build(kata, gen, rng, case)
+    modules.call(BLOCK, built, inputs(gen, case))
+    modules.call(BLOCK, built, inputs(gen, case), positions=make_positions(gen, case["T"], "gaps"))
+
+
+def test_results_follow_the_device_of_the_inputs(kata, rng, gen, other_device):
+    """The default positions and the causal mask made inside forward must be made on x's device."""
+    case = CASES.random(rng, 1)[0]
+    built = build(kata, gen, rng, case, device=other_device)
+    modules.check_on_device(BLOCK, built, case, inputs(gen, case, device=other_device), other_device)
+    positions = make_positions(gen, case["T"], "offset").to(other_device)
+    modules.check_on_device(
+        BLOCK, built, case, inputs(gen, case, device=other_device), other_device, positions=positions
+    )
+
+
+def test_prints_nothing(kata, rng, gen, capfd):
+    case = CASES.random(rng, 1)[0]
+    built = build(kata, gen, rng, case)
+    modules.call(BLOCK, built, inputs(gen, case))
+    assert_prints_nothing(capfd, f"{built.name}(...)")

@@ -1,0 +1,312 @@
+"""swiglu: judged against a float64 reference composed of nn.Linear and F.silu.
+
+PyTorch has no SwiGLU module, so the reference is a small nn.Module below whose three
+projections carry the kata's names (gate_proj, up_proj, down_proj): every weight and bias
+random (gate and up drawn independently, so swapping them shows), copied in by name. Its
+d_ff=None rule (Llama's: int(2 * 4 * d_model / 3) rounded UP to a multiple of multiple_of)
+is computed here independently, in integers, and judged on its own first, on the sizes
+where rounding down, rounding up, ignoring multiple_of and an exact multiple all differ.
+
+x may have any leading dimensions ([..., d_model], none included): the docstring says so, the
+edge cases include [T, C], [B, T, C] and [A, B, T, C], and a test of its own adds a single
+vector [C].
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from judge.forbidden import NONE
+from judge.testing import modules
+from judge.testing.checks import Mismatch, assert_prints_nothing
+from judge.testing.inputs import randn
+from judge.testing.modules import ModuleKata
+from judge.testing.spec import Case, CaseTable, KataSpec, dtypes, edge
+
+FULL = [torch.float64, torch.float32]  # float64 first: the edge cases run in it, and show first
+HALF = [torch.float16, torch.bfloat16]
+DEFAULT_MULTIPLE_OF = 256
+
+# (rtol, atol) for the output, against the float64 reference rounded to the dtype under test.
+# Measured over 200 seeds x (the 6 edge cases + 3 random draws), on the solution and both
+# variants (einsum with a separate bias add, one fused gate/up matmul): float32 at most 0.13
+# of the tolerance below (2.4e-6 absolute); at d_model 512 and 1024 (d_ff 1536, 2816), 10
+# seeds, at most 0.21. float16 at most 0.23 of its tolerance (4.9e-3 absolute), bfloat16 at
+# most 0.27 (0.047 absolute: the einsum variant rounds the bias add separately). Every slip
+# is caught in float64, whose tolerance stays tight.
+TOLERANCES = {
+    torch.float64: {"rtol": 1e-7, "atol": 1e-7},
+    torch.float32: {"rtol": 1e-5, "atol": 1e-5},
+    torch.float16: {"rtol": 1.5e-2, "atol": 1.5e-2},
+    torch.bfloat16: {"rtol": 1.5e-1, "atol": 1.5e-1},
+}
+
+
+def llama_d_ff(d_model: int, multiple_of: int) -> int:
+    """The d_ff=None rule, in integers: floor(8 * d_model / 3), then the smallest multiple of
+    multiple_of not below it."""
+    hidden = (8 * d_model) // 3
+    return -(-hidden // multiple_of) * multiple_of
+
+
+def d_ff_of(case) -> int:
+    if case["F"] is not None:
+        return case["F"]
+    return llama_d_ff(case["C"], case["M"] or DEFAULT_MULTIPLE_OF)
+
+
+class Reference(nn.Module):
+    """SwiGLU in float64 from PyTorch's own parts: down_proj(silu(gate_proj(x)) * up_proj(x))."""
+
+    def __init__(self, d_model: int, d_ff: int, bias: bool):
+        super().__init__()
+        self.gate_proj = nn.Linear(d_model, d_ff, bias=bias, dtype=torch.float64)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=bias, dtype=torch.float64)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=bias, dtype=torch.float64)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+# --------------------------------------------------------------------------- the case table
+#
+# Sizes: lead = x's leading dimensions (x is [*lead, C]), C = d_model, F = the explicit d_ff
+# (None: the default rule), M = multiple_of (None: not passed, the default 256), bias.
+
+EDGES = (  # the most telling first
+    edge("default d_ff, 8*C/3 not an integer: 26 rounded up to 32", lead=(2, 3), C=10, F=None, M=8, bias=False),
+    edge("default d_ff already a multiple of multiple_of: 32 stays", lead=(3, 4), C=12, F=None, M=32, bias=True),
+    edge("explicit odd d_ff, used as given, one position per sequence", lead=(3, 1), C=7, F=13, M=8, bias=True),
+    edge("no batch dimension: x is [T, C]", lead=(5,), C=6, F=9, M=None, bias=False),
+    edge("two batch dimensions, default multiple_of 256", lead=(2, 3, 4), C=5, F=None, M=None, bias=True),
+    edge("d_model 1, multiple_of 1, one position", lead=(1, 1), C=1, F=None, M=1, bias=False),
+)
+
+
+def draw(rng, count: int) -> list[dict]:
+    """Leading dimensions [B, T], then [T], then [A, B, T] ..., all differing from each other
+    and from C; the even draws use the default rule (multiple_of drawn), the odd ones an odd
+    explicit d_ff wider than C."""
+    cases = []
+    for index in range(count):
+        C = rng.randint(2, 24)
+        lead = tuple(rng.sample([n for n in range(2, 10) if n != C], (2, 1, 3)[index % 3]))
+        if index % 2 == 0:
+            F_, M = None, rng.choice([None, 1, 8, 16, 32])
+        else:
+            F_ = rng.choice([n for n in range(C + 1 + C % 2, 3 * C + 8, 2) if n not in lead])
+            M = rng.choice([None, 8])
+        cases.append({"lead": lead, "C": C, "F": F_, "M": M, "bias": rng.random() < 0.5})
+    return cases
+
+
+CASES = CaseTable(draw=draw, edges=EDGES, draws=3)
+
+# The d_ff=None rule on its own: (C, M) where rounding down, rounding up, an exact multiple,
+# ignoring multiple_of and dropping the 2/3 give different widths, and Llama's own sizes.
+D_FF_EDGES = (
+    edge("8*C/3 = 26.67: 26 rounds up to 32 (down would be 24)", C=10, F=None, M=8),
+    edge("8*C/3 = 24, already a multiple of 8: it stays 24 (not 32)", C=9, F=None, M=8),
+    edge("an explicit d_ff is used as given, even when not a multiple", C=7, F=13, M=8),
+    edge("default multiple_of 256: 24 rounds up to 256 (down would be 0)", C=9, F=None, M=None),
+    edge("default multiple_of 256: 256 is already a multiple", C=96, F=None, M=None),
+    edge("multiple_of 1: int(2.67) = 2 is kept, truncated, not rounded", C=1, F=None, M=1),
+    edge("multiple_of 1: int(13.33) = 13", C=5, F=None, M=1),
+    edge("8*C/3 = 32, already a multiple of 32: it stays 32", C=12, F=None, M=32),
+    edge("Llama-7B: d_model 4096 gives 11008", C=4096, F=None, M=None),
+    edge("Llama-13B: d_model 5120 gives 13824", C=5120, F=None, M=None),
+)
+
+
+def draw_d_ff(rng, count: int) -> list[Case]:
+    found = []
+    for index in range(count):
+        C = rng.randint(2, 400)
+        if index % 3 == 2:
+            M = rng.choice([8, 64, None])
+            F_ = rng.choice([n for n in range(C + 1, 4 * C) if n % (M or DEFAULT_MULTIPLE_OF)])
+            found.append(Case(f"random draw {index + 1}", {"C": C, "F": F_, "M": M}))
+        else:
+            found.append(Case(f"random draw {index + 1}", {"C": C, "F": None, "M": rng.choice([1, 3, 16, 64, None])}))
+    return found
+
+
+# --------------------------------------------------------------------------- the module kata
+
+
+def arguments(case, options):
+    """SwiGLU(d_model, [d_ff=], [multiple_of=], [bias=True]): defaults left out, so they are judged."""
+    keywords = {}
+    if case["F"] is not None:
+        keywords["d_ff"] = case["F"]
+    if case["M"] is not None:
+        keywords["multiple_of"] = case["M"]
+    if case["bias"]:
+        keywords["bias"] = True
+    return {"d_model": case["C"]}, keywords
+
+
+SWIGLU = ModuleKata(
+    kata="swiglu",
+    cls="SwiGLU",
+    asks="gate_proj, up_proj (each nn.Linear(d_model, d_ff, bias=bias)) and "
+    "down_proj (nn.Linear(d_ff, d_model, bias=bias))",
+    inputs=("x",),
+    reference=lambda case, options: Reference(case["C"], d_ff_of(case), case["bias"]),
+    parameters=lambda reference: dict(reference.named_parameters()),
+    arguments=arguments,
+    forward=lambda reference, inputs, kwargs: ({"output": reference(inputs["x"]).detach()}, None),
+    tolerances=TOLERANCES,
+)
+
+
+def benchmark(kata, device):
+    """(kata call, reference call): x [8, 128, 512] with the default d_ff (1365 -> 1536) and no
+    bias, in eval() mode; the reference is the same composition of nn.Linear and F.silu in float32."""
+    B, T, C = 8, 128, 512
+    reference = Reference(C, llama_d_ff(C, DEFAULT_MULTIPLE_OF), bias=False).float().to(device).eval()
+    module = kata.SwiGLU(C)
+    modules.load_parameters(module, dict(reference.named_parameters()), what=SWIGLU.cls, asks=SWIGLU.asks)
+    module.to(device).eval()
+    x = randn(torch.Generator().manual_seed(0), B, T, C, device=device)
+    return (lambda: module(x)), (lambda: reference(x))
+
+
+SPEC = KataSpec(
+    kata="swiglu",
+    symbol="SwiGLU",
+    reference="down_proj(F.silu(gate_proj(x)) * up_proj(x)) from nn.Linear, in float64, every weight and bias random",
+    forbidden=NONE,
+    tolerances=TOLERANCES,
+    tolerance_note="three matmuls and a SiLU: the solution and variants measured at most 0.13 of these "
+    "in float32 (0.21 at d_model 1024)",
+    cases=CASES,
+    benchmark=benchmark,
+)
+
+
+def build(kata, gen, case, dtype=torch.float32, device="cpu"):
+    return modules.build(SWIGLU, kata, gen, case, {}, dtype, device)
+
+
+def inputs(gen, case, dtype=torch.float32, device="cpu") -> dict:
+    return {"x": randn(gen, *case["lead"], case["C"], dtype=dtype, device=device)}
+
+
+def check(built, x):
+    modules.check(SWIGLU, built, x)
+
+
+# --------------------------------------------------------------------------- d_ff
+
+
+def widths(module, name: str) -> tuple[int, int, int]:
+    """(gate_proj's outputs, up_proj's outputs, down_proj's inputs), read from the weights."""
+    found = []
+    for part, axis in (("gate_proj", 0), ("up_proj", 0), ("down_proj", 1)):
+        weight = getattr(getattr(module, part, None), "weight", None)
+        if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+            raise AssertionError(
+                f"{name} has no {part} with a 2-D weight; the kata asks for {SWIGLU.asks} as attributes"
+            )
+        found.append(int(weight.shape[axis]))
+    return tuple(found)
+
+
+def expected_d_ff_text(case) -> str:
+    if case["F"] is not None:
+        return f"d_ff={case['F']} was given: it is used as it is, never rounded to a multiple of multiple_of"
+    C, M = case["C"], case["M"] or DEFAULT_MULTIPLE_OF
+    hidden = (8 * C) // 3
+    text = f"int(2 * 4 * {C} / 3) = {hidden}"
+    if hidden % M == 0:
+        return text + f" is already a multiple of {M}, so it stays {hidden}"
+    return text + f", rounded UP to a multiple of {M}: {llama_d_ff(C, M)}"
+
+
+def make_d_ff_module(implementation, positional: dict, keywords: dict):
+    """Built on the "meta" device: shapes only, so Llama's own sizes cost nothing."""
+    with torch.device("meta"):
+        return implementation.SwiGLU(*positional.values(), **keywords)
+
+
+def check_d_ff(kata, case) -> None:
+    positional, keywords = arguments(case | {"bias": False}, {})
+    name = modules.module_repr("SwiGLU", **positional, **keywords)
+
+    def replay(implementation) -> dict:
+        return {"d_ff": widths(make_d_ff_module(implementation, positional, keywords), name)}
+
+    want = (d_ff_of(case),) * 3
+    with case.judged(), SPEC.diagnosing(replay, case):
+        got = widths(make_d_ff_module(kata, positional, keywords), name)
+        if got != want:
+            parts = ", ".join(f"{part} {w}" for part, w in zip(("gate_proj", "up_proj", "down_proj"), got))
+            message = f"{name} has d_ff = {got[0]}, expected {want[0]}: {expected_d_ff_text(case)}"
+            if len(set(got)) > 1:
+                message = (
+                    f"{name} has different hidden widths ({parts}), expected {want[0]} for all three: "
+                    + expected_d_ff_text(case)
+                )
+            raise Mismatch(message, what="d_ff", actual=got, expected=want)
+
+
+def test_d_ff_defaults_to_two_thirds_of_4_d_model_rounded_up_to_a_multiple_of_multiple_of(kata, rng):
+    """gate_proj and up_proj [d_ff, C], down_proj [C, d_ff], for d_ff=None and an explicit d_ff."""
+    for case in (*D_FF_EDGES, *draw_d_ff(rng, 6)):
+        check_d_ff(kata, case)
+
+
+def test_an_explicit_d_ff_is_used_as_given(kata, rng):
+    """Never rounded, whatever multiple_of is (passed or left at 256)."""
+    for index in range(3):
+        C = rng.randint(2, 64)
+        F_ = rng.choice([n for n in range(C + 1, 4 * C + 2) if n % 8])
+        check_d_ff(kata, Case(f"explicit d_ff {index + 1}", {"C": C, "F": F_, "M": (None, 8, 1)[index]}))
+
+
+def test_has_gate_up_and_down_projections_with_biases_exactly_when_bias_is_true(kata, rng, gen):
+    """bias=True: a bias on all three; bias left out (False): none. Weights in nn.Linear layout."""
+    drawn = Case("random draw", CASES.draw(rng, 2)[1])
+    for bias in (True, False):
+        with (drawn | {"bias": bias}).judged() as case:
+            build(kata, gen, case)
+
+
+# --------------------------------------------------------------------------- values
+
+
+@dtypes(*FULL)
+def test_matches_down_proj_of_silu_gate_times_up(kata, rng, gen, dtype, device):
+    for case in CASES.cases(rng, edges=dtype == torch.float64):
+        with case.judged():
+            check(build(kata, gen, case, dtype, device), inputs(gen, case, dtype, device))
+
+
+def test_any_leading_dimensions_pass_through(kata, rng, gen):
+    """x [C], [T, C], [B, T, C] and [A, B, T, C] with the same module."""
+    case = Case("leading dimensions", CASES.draw(rng, 2)[1])
+    built = build(kata, gen, case)
+    for lead in ((), (5,), (3, 4), (2, 3, 4)):
+        with (case | {"lead": lead}).judged():
+            check(built, inputs(gen, case | {"lead": lead}))
+
+
+@dtypes(*HALF)
+def test_works_in_half_precision(kata, rng, gen, dtype):
+    for case in CASES.random(rng, 2):
+        with case.judged():
+            check(build(kata, gen, case, dtype), inputs(gen, case, dtype))
+
+
+def test_results_follow_the_device_of_the_inputs(kata, rng, gen, other_device):
+    case = Case("random draw", CASES.draw(rng, 2)[1])
+    built = build(kata, gen, case, device=other_device)
+    modules.check_on_device(SWIGLU, built, case, inputs(gen, case, device=other_device), other_device)
+
+
+def test_prints_nothing(kata, rng, gen, capfd):
+    case = Case("random draw", CASES.draw(rng, 1)[0])
+    built = build(kata, gen, case)
+    modules.call(SWIGLU, built, inputs(gen, case))
+    assert_prints_nothing(capfd, f"{built.name}(...)")
