@@ -135,6 +135,25 @@ RMS_NORM = Rules(
     why="this kata asks you to write RMSNorm yourself",
 )
 
+SOFTMAX = Rules(
+    functions=("softmax", "log_softmax", "special_softmax", "special_log_softmax", "logsumexp", "special_logsumexp"),
+    kernels=("softmax", "logsumexp"),
+    why="this kata asks you to write the (log-)softmax yourself",
+)
+CROSS_ENTROPY = SOFTMAX + Rules(
+    functions=("cross_entropy", "nll_loss", "nll_loss2d", "nll_loss_nd"),
+    kernels=("nll_loss", "cross_entropy"),
+    modules=(nn.CrossEntropyLoss, nn.NLLLoss),
+    why="this kata asks you to write the cross-entropy yourself",
+)
+LAYER_NORM = Rules(
+    functions=("layer_norm", "native_layer_norm"),
+    kernels=("layer_norm",),
+    modules=(nn.LayerNorm,),
+    code=((nn.LayerNorm, "forward", "nn.LayerNorm.forward"),),
+    why="this kata asks you to write the layer norm yourself",
+)
+
 # Names that switch the detection off or reach below it; no kata needs them.
 ESCAPE_HATCHES = (
     "_C",
@@ -404,11 +423,13 @@ def guarded(symbol, rules: Rules, kata_name: str, namespace: dict, kata_file: st
 
 
 class GuardedKata:
-    """The kata module as tests see it: its public symbol guarded, everything else as is."""
+    """The kata module as tests see it: each public symbol guarded by its rules, everything
+    else as is."""
 
-    def __init__(self, module, symbol: str, rules: Rules, kata_name: str):
+    def __init__(self, module, symbols: dict[str, Rules], kata_name: str):
         self._module = module
-        setattr(self, symbol, guarded(getattr(module, symbol), rules, kata_name, vars(module), module.__file__))
+        for symbol, rules in symbols.items():
+            setattr(self, symbol, guarded(getattr(module, symbol), rules, kata_name, vars(module), module.__file__))
 
     def __getattr__(self, name):
         return getattr(self._module, name)

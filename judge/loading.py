@@ -19,11 +19,11 @@ class TorchStateChanged(Exception):
     """The kata changed torch's global settings and left them so (they are put back first)."""
 
 
-def load_kata(path: Path, symbol: str):
+def load_kata(path: Path, *symbols: str):
     """Import the kata file at `path` as a fresh module and return it.
 
     Raises KataLoadError with a one-line reason when the file is missing, fails to import
-    (syntax error, exception at import time) or does not define `symbol`."""
+    (syntax error, exception at import time) or does not define one of `symbols`."""
     if not path.is_file():
         raise KataLoadError(f"no file {path}")
     module_name = f"kata_under_test_{path.stem}"
@@ -38,18 +38,19 @@ def load_kata(path: Path, symbol: str):
         if isinstance(error, KeyboardInterrupt):
             raise
         raise KataLoadError(f"importing {path} raised {type(error).__name__}: {error}") from error
-    if not hasattr(module, symbol):
-        raise KataLoadError(f"{path} defines no `{symbol}`")
+    for symbol in symbols:
+        if not hasattr(module, symbol):
+            raise KataLoadError(f"{path} defines no `{symbol}`")
     return module
 
 
-def load_guarded(path: Path, symbol: str, rules: Rules, kata_name: str, baseline: dict) -> GuardedKata:
+def load_guarded(path: Path, symbols: dict[str, Rules], kata_name: str, baseline: dict) -> GuardedKata:
     """The kata as tests see it: escape hatches refused, imported, torch's state checked
-    against `baseline` (taken before the import), its public symbol guarded."""
+    against `baseline` (taken before the import), each public symbol guarded by its rules."""
     refuse_escape_hatches(path, kata_name)
-    module = load_kata(path, symbol)
+    module = load_kata(path, *symbols)
     restore_torch_state(baseline, when=f"importing {path.name}")
-    return GuardedKata(module, symbol, rules, kata_name)
+    return GuardedKata(module, symbols, kata_name)
 
 
 def torch_state() -> dict:

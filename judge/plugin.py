@@ -119,7 +119,7 @@ def kata(request):
     refused, torch's state checked after the import, its public symbol guarded."""
     spec = request.module.SPEC
     path = impl_path(request.config, spec.kata)
-    return load_guarded(path, spec.symbol, spec.forbidden, spec.kata, request.config.torch_baseline)
+    return load_guarded(path, spec.guarded_symbols, spec.kata, request.config.torch_baseline)
 
 
 @pytest.fixture(autouse=True)
@@ -289,7 +289,7 @@ def pytest_runtestloop(session):
     writer = config.pluginmanager.get_plugin("kata-results")
     if spec is None or spec.benchmark is None or writer is None:
         raise pytest.UsageError("--kata-timing needs --results and one kata's test module with a benchmark")
-    module = load_kata(impl_path(config, spec.kata), spec.symbol)
+    module = load_kata(impl_path(config, spec.kata), *spec.guarded_symbols)
     restore_torch_state(config.torch_baseline, when=f"importing {spec.kata}")
     choice = config.getoption("device")
     devices = ["cuda"] if choice == "cuda" else ["cpu"] + (["cuda"] if choice == "auto" and cuda_usable(config) else [])

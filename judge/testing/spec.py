@@ -99,7 +99,8 @@ class KataSpec:
     """What a kata is judged by.
 
     kata: its name (info.toml, katas/NAME.py). symbol: the function or class the tests call.
-    forbidden: the calls it may not make while its code runs. tolerances: dtype -> {rtol,
+    forbidden: the calls it may not make while its code runs. also: the kata's other public
+    symbols, each with its own rules (softmax and log_softmax, a forward and its backward). tolerances: dtype -> {rtol,
     atol} for its results (tight: what an honest implementation in that dtype reaches).
     An empty `tolerances` means results are compared exactly. cases: its case table.
     reference: how the expected result is computed, in words. benchmark(kata, device) -> (kata call, reference
@@ -113,6 +114,12 @@ class KataSpec:
     cases: CaseTable | None = None
     benchmark: Callable | None = None
     tolerance_note: str = ""  # how the tolerances were set, or what is added to them, for the README
+    also: Mapping = field(default_factory=dict)  # more public symbols -> their own forbidden rules
+
+    @property
+    def guarded_symbols(self) -> dict:
+        """Every public symbol the tests call, with the rules its code runs under."""
+        return {self.symbol: self.forbidden, **self.also}
 
     def tolerance(self, dtype: torch.dtype) -> dict:
         return self.tolerances[dtype]
