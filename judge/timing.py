@@ -19,7 +19,9 @@ def _middle(values: list[float]) -> float:
 
 
 def measure(benchmark, kata_module, devices: list[str], *, rounds: int) -> dict:
-    """{device: {median_s, reference_median_s, ratio, threads}} for the kata against its reference."""
+    """{device: {median_s, reference_median_s, ratio, threads[, notes]}} for the kata against
+    its reference. A benchmark may return a third callable, giving {label: text} to report
+    beside the times (a peak memory next to a naive implementation's, say)."""
     import torch
     from torch.utils import benchmark as torch_benchmark
 
@@ -31,7 +33,7 @@ def measure(benchmark, kata_module, devices: list[str], *, rounds: int) -> dict:
 
     timing = {}
     for device in devices:
-        kata_fn, reference_fn = benchmark(kata_module, device)
+        kata_fn, reference_fn, *extra = benchmark(kata_module, device)
         with torch.no_grad():
             kata_fn(), reference_fn()  # warm-up: lazy initialisation and caches
             if device == "cuda":
@@ -43,6 +45,8 @@ def measure(benchmark, kata_module, devices: list[str], *, rounds: int) -> dict:
             "ratio": _middle([k / r for k, r in pairs]),
             "threads": threads if device == "cpu" else None,
         }
+        if extra:
+            timing[device]["notes"] = {str(k): str(v) for k, v in extra[0]().items()}
     return timing
 
 
@@ -60,5 +64,6 @@ def format_timing(timing: dict) -> str:
         return timing["error"]
     return "; ".join(
         f"{device} {t['ratio']:.2f}x ({format_seconds(t['median_s'])} vs {format_seconds(t['reference_median_s'])})"
+        + "".join(f", {label} {text}" for label, text in t.get("notes", {}).items())
         for device, t in timing.items()
     )
