@@ -91,7 +91,9 @@ def assert_close(
 
     def message(_default: str) -> str:
         diff = (got - want).abs().nan_to_num(nan=float("inf"))
-        worst = _index(int(diff.flatten().argmax()), got.shape)
+        # the worst element is the one furthest outside what is allowed for it
+        excess = diff / (tolerance["atol"] + tolerance["rtol"] * want.abs().nan_to_num(nan=0.0))
+        worst = _index(int(excess.flatten().argmax()), got.shape)
         off = ~torch.isclose(got, want, **tolerance)
         return (
             f"{call} returned wrong {what}: {int(off.sum())} of {off.numel()} "

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from judge.forbidden import NONE, Rules
+from judge.forbidden import NONE, ForbiddenCallError, Rules
 from judge.testing import checks
 from judge.testing.tolerances import SINGLE_OP
 
@@ -65,10 +65,14 @@ class _Judged:
         return self.case
 
     def __exit__(self, kind, error, traceback):
-        if isinstance(error, AssertionError) and not getattr(error, "case_named", False):
+        if isinstance(error, Exception) and not isinstance(error, _UNNAMED) and not getattr(error, "case_named", False):
             error.args = (f"{self.case}: {error}",)  # in place: its type and its diagnosis stay
             error.case_named = True
         return False
+
+
+# Failures whose message is already complete without the case (the stub, a refusal, a load error).
+_UNNAMED = (NotImplementedError, ForbiddenCallError, pytest.skip.Exception)
 
 
 def edge(desc: str, **sizes) -> Case:
@@ -154,5 +158,6 @@ def tolerance_table(specs: list[KataSpec]) -> str:
             cells.append(f"{tolerance['rtol']:.2g}, {tolerance['atol']:.2g}" if tolerance else "-")
         if not spec.tolerances:
             cells = ["exact"] * len(DTYPES)
-        rows.append(f"| `{spec.kata}` | {' | '.join(cells)} | {spec.tolerance_note} |")
+        note = spec.tolerance_note.replace("|", "\\|")  # a | inside a cell would end it
+        rows.append(f"| `{spec.kata}` | {' | '.join(cells)} | {note} |")
     return "\n".join(rows)
