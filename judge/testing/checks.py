@@ -187,8 +187,9 @@ class Inconclusive(pytest.skip.Exception):
 NO_GPU = "device handling not checked without a GPU: the kata reads tensor values in Python"
 
 # What a kata sees on the "meta" device when it reads tensor values in Python (.tolist(),
-# .item(), int(t)): correct code on a real GPU, so such a device check is inconclusive.
-META_DATA_ERRORS = ("Cannot copy out of meta tensor", "cannot be called on meta tensors")
+# .item(), int(t)) or needs them to know a shape (boolean-mask indexing, which calls
+# torch.nonzero): correct code on a real GPU, so such a device check is inconclusive.
+META_DATA_ERRORS = ("Cannot copy out of meta tensor", "cannot be called on meta tensors", "torch.nonzero")
 
 
 def call_on_device(fn, device):

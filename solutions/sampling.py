@@ -1,0 +1,127 @@
+"""Kata: next-token sampling: temperature, top-k and top-p (nucleus) filtering, as Hugging Face's logits warpers."""
+
+import torch
+from torch import Tensor
+
+
+def filter_logits(
+    logits: Tensor,
+    *,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    min_tokens_to_keep: int = 1,
+) -> Tensor:
+    """Scale logits [..., V] by the temperature and remove the tokens top-k and top-p reject.
+
+    V is the vocabulary size; logits may have any leading dimensions ([V], [B, V],
+    [A, B, V]) and each row of V is filtered on its own. Three steps, in this order (the
+    order and meaning of Hugging Face's TemperatureLogitsWarper, TopKLogitsWarper and
+    TopPLogitsWarper):
+
+    1. temperature: scores = logits / temperature. temperature must be > 0 (else
+       ValueError); below 1 sharpens the distribution, above 1 flattens it.
+    2. top-k, when top_k > 0: keep the k tokens with the largest scores, where
+       k = max(top_k, min_tokens_to_keep); every other token's score becomes -inf.
+       top_k = 0 turns it off; k >= V keeps every token. top_k < 0 raises ValueError.
+    3. top-p (nucleus), when top_p < 1: take the probabilities softmax(scores) of the
+       scores left after step 2 (tokens removed there have probability 0, the others
+       are renormalised). Going from the most likely token down, keep the smallest set
+       whose cumulative probability reaches top_p: a token survives when the total
+       probability of the tokens MORE likely than it is still below top_p, so the token
+       that crosses top_p is kept. The min_tokens_to_keep most likely tokens always
+       survive. top_p = 1.0 turns it off; top_p outside (0, 1] raises ValueError.
+
+    min_tokens_to_keep (an int >= 1, default 1): at least this many tokens survive
+    (fewer only when V is smaller), as in Hugging Face's warpers.
+
+    A token whose logit is already -inf (banned) has probability 0: it stays -inf, and
+    it still counts as a token for top-k and min_tokens_to_keep. A row whose every logit
+    is -inf is undefined and never judged. The tests use logits without ties and never put
+    top_p within 2e-3 of a cumulative probability, where rounding alone would decide.
+
+    Returns:
+        The scores logits / temperature, with every removed token set to -inf: a new
+        tensor of the logits' shape, dtype and device (logits is left unchanged).
+        float16 and bfloat16 logits are computed in float32 and returned in their own
+        dtype; float64 logits are computed in float64.
+
+    Example:
+        >>> filter_logits(torch.tensor([2.0, 1.0, 0.0, -1.0]), temperature=0.5, top_k=3, top_p=0.9)
+        tensor([4., 2., -inf, -inf])
+    """
+    ### BEGIN SOLUTION
+    # TODO: validate: temperature > 0, top_k >= 0, 0 < top_p <= 1 (ValueError otherwise).
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0 turns top-k off), got {top_k}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1] (1 turns top-p off), got {top_p}")
+    # TODO: step 1: divide by the temperature, in float32 (float64 for float64 logits).
+    work = torch.float64 if logits.dtype == torch.float64 else torch.float32  # half is too coarse
+    scores = logits.to(work) / temperature  # (..., V)
+    V = scores.size(-1)
+    keep_at_least = max(int(min_tokens_to_keep), 1)
+    # TODO: step 2: top-k: every score below the k-th largest becomes -inf (k = max(top_k, min_tokens_to_keep)).
+    if top_k > 0:
+        k = min(max(top_k, keep_at_least), V)  # min_tokens_to_keep raises k; k >= V keeps all
+        kth_largest = torch.topk(scores, k, dim=-1).values[..., -1:]  # (..., 1)
+        scores = scores.masked_fill(scores < kth_largest, float("-inf"))
+    # TODO: step 3: top-p on the probabilities of the scores left after top-k, sorted from
+    # TODO: the most likely down: remove a token once the tokens before it reach top_p.
+    if top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, dim=-1, descending=True)  # (..., V)
+        probs = sorted_scores.softmax(dim=-1)  # (..., V), renormalised over what top-k left
+        cumulative = probs.cumsum(dim=-1)  # (..., V)
+        remove = (cumulative - probs) >= top_p  # the mass BEFORE each token: the crossing one stays
+        remove[..., :keep_at_least] = False  # the most likely min_tokens_to_keep always stay
+        remove = torch.zeros_like(remove).scatter(-1, order, remove)  # back to vocabulary order
+        scores = scores.masked_fill(remove, float("-inf"))
+    return scores.to(logits.dtype)
+    ### END SOLUTION
+
+
+def sample_next_token(
+    logits: Tensor,
+    *,
+    generator: torch.Generator,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+) -> Tensor:
+    """Pick one next token per row of logits [B, V]: greedy, or a draw from the filtered distribution.
+
+    - temperature == 0: greedy decoding: the argmax over V of each row (top_k and top_p
+      change nothing then); no randomness is used.
+    - temperature > 0: the distribution softmax(filter_logits(logits, temperature=...,
+      top_k=..., top_p=...)) of each row (min_tokens_to_keep 1), and one token drawn from
+      it per row, each row independently of the others. A token the filters removed is
+      never drawn.
+    - temperature < 0: ValueError.
+
+    generator (keyword only, required): a torch.Generator on the logits' device, the ONLY
+    source of randomness: pass it to every random call (torch.multinomial(...,
+    generator=generator), torch.rand(..., generator=generator)). The global RNG (the one
+    torch.manual_seed sets) must be left untouched, and the same generator state must give
+    the same tokens. Any correct sampling method is accepted (torch.multinomial, inverse
+    CDF, Gumbel-max...): the tests check the draws' frequencies, not which random numbers
+    were used.
+
+    Returns:
+        int64 [B] on the logits' device: the token id (0..V-1) of each row. logits is
+        left unchanged; float16 and bfloat16 logits are handled in float32.
+    """
+    ### BEGIN SOLUTION
+    # TODO: reject a negative temperature; temperature 0 is greedy: the argmax of each row.
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0 (0 is greedy), got {temperature}")
+    if temperature == 0:
+        return logits.argmax(dim=-1)  # (B,)
+    # TODO: filter, softmax, then one draw per row from the generator (never the global RNG).
+    scores = logits if logits.dtype == torch.float64 else logits.float()  # half is too coarse
+    filtered = filter_logits(scores, temperature=temperature, top_k=top_k, top_p=top_p)  # (B, V)
+    probs = filtered.softmax(dim=-1)  # (B, V), 0 where removed
+    tokens = torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)  # (B,)
+    return tokens
+    ### END SOLUTION

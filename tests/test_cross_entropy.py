@@ -1,0 +1,418 @@
+"""cross_entropy: judged against F.cross_entropy in float64.
+
+The reference is F.cross_entropy on the same logits converted to float64 (exact for every
+dtype under test), rounded to the input's dtype. Inputs are [N, C], [N, C, d1] and
+[N, C, d1, d2] (some made as a [B, T, V] tensor and passed as logits.transpose(1, 2), as a
+language model's loss does, so the class dim is 1 and not contiguous), and [C] with a 0-d
+target. Targets mix class indices with ignored positions (ignore_index: the default -100,
+or a custom value that is itself a legal class, 0 or C - 1), with at least one position
+kept, so a mean is always defined (a mean over zero targets is NaN in PyTorch: never judged).
+
+Logits are ordinary (N(0, 3^2)) or large: each position offset by up to +-7000 and its
+classes spread by N(0, 1000^2), so logits reach about 1e4: exp overflows without the max
+subtracted, log(softmax) underflows to -inf, and a max over the whole tensor leaves whole
+positions underflowing. The tolerance grows with max|logit| (errors compatible with
+float32 arithmetic at the logits' magnitude, as the kata says).
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from judge.forbidden import CROSS_ENTROPY, ForbiddenCallError
+from judge.testing.checks import (
+    assert_prints_nothing,
+    call_and_check_inputs,
+    call_on_device,
+    call_repr,
+    check_tensor_kind,
+    describe,
+)
+from judge.testing.inputs import randn
+from judge.testing.spec import CaseTable, KataSpec, dtypes, edge
+
+FULL = (torch.float64, torch.float32)  # float64 first: the edge cases show first in it
+HALF = (torch.float16, torch.bfloat16)
+REDUCTIONS = ("none", "sum", "mean")  # "none" first: a slip shows position by position
+ORDINARY = 3.0  # std of ordinary logits: the softmax neither flat nor saturated
+LARGE_OFFSET, LARGE_SPREAD = 7000.0, 1000.0  # large logits: per-position offset, per-class spread
+
+# --------------------------------------------------------------------------- tolerances
+#
+# Each per-position loss is log(sum exp(x - max)) - (x_t - max) (and, with smoothing, a mean
+# of such terms): every term is at most about max|logit| + log C, so an honest computation
+# in a dtype with machine epsilon eps is off by a few eps * (max|logit| + log C); one that
+# forms log-sum-exp as max + log(sum) first (off by eps * max|logit| even when the loss is
+# near 0) included. atol = ROUNDING * eps * (max|logit| + log C), for "none" and "mean";
+# for "sum", times the number of non-ignored positions. eps is the computation dtype's:
+# float64 for float64 inputs, float32 for every other dtype; half-precision results add
+# rtol = RESULT_ULPS ulps of their own dtype (the result is rounded to it).
+#
+# Measured over 100 seeds x (the 7 edge cases + 3 random draws) x 3 reductions x (smoothing 0
+# and random) x (ordinary and large logits), the solution and both variants (rows flattened
+# with log-sum-exp as max + log(sum) and boolean indexing; a smoothed one-hot distribution
+# dotted with the log-probabilities), worst error as a fraction of this tolerance:
+# float64 0.29, float32 0.34 (large logits 0.33), float16 0.46, bfloat16 0.48 (a one-ulp
+# difference in the final rounding to the half dtype, as the reference's float64 result and
+# a float32 result round apart). A float64 input computed through float32 is off by ~1e-7
+# relative: over 1e7 times the float64 tolerance.
+ROUNDING = 8
+RESULT_ULPS = 2
+# The float64 gradient (softmax - smoothed one-hot, times the upstream gradient, up to about
+# 3): the solution and both variants measured at most 2.7e-15 off autograd through
+# F.cross_entropy over 100 seeds (0.27 of atol alone); a float32 gradient is off by ~1e-7.
+GRADIENT_TOLERANCE = {"rtol": 1e-12, "atol": 1e-14}
+
+
+def computation_eps(dtype: torch.dtype) -> float:
+    return torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).eps
+
+
+def tolerance(dtype: torch.dtype, magnitude: float = 1.0, classes: int = 1, count: int = 1) -> dict:
+    """(rtol, atol) for a loss of this dtype: magnitude = max|logit|, classes = C, count = the
+    number of non-ignored positions summed ("sum"), 1 otherwise."""
+    atol = ROUNDING * computation_eps(dtype) * (magnitude + math.log(classes)) * count
+    rtol = 0.0 if dtype in FULL else RESULT_ULPS * torch.finfo(dtype).eps
+    return {"rtol": rtol, "atol": atol}
+
+
+# --------------------------------------------------------------------------- the case table
+#
+# Sizes: N (absent: a [C] input with a 0-d target), C, d = the extra dims d1..dk, layout:
+# "contiguous", or "transposed" (made [N, *d, C], then the classes moved to dim 1, as
+# logits.transpose(1, 2) gives for a [B, T, V] tensor).
+
+EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
+    # T = V: a log-softmax or a gather over the wrong dim still runs here (and gives wrong values)
+    edge("[B, T, V] logits passed as logits.transpose(1, 2), T = V", N=2, C=6, d=[6], layout="transposed"),
+    edge("[B, T, V] logits passed as logits.transpose(1, 2), odd sizes", N=3, C=11, d=[5], layout="transposed"),
+    edge("two extra dims: [N, C, d1, d2]", N=3, C=5, d=[7, 2], layout="contiguous"),
+    edge("one sample: input [C], a 0-d target", C=9, d=[], layout="contiguous"),
+    edge("[N, C], more samples than classes", N=13, C=3, d=[], layout="contiguous"),
+    edge("size 1: N = 1, d1 = 1", N=1, C=4, d=[1], layout="contiguous"),
+    edge("one class (C = 1): every loss is 0", N=5, C=1, d=[], layout="contiguous"),
+)
+
+
+def hidden_sizes(rng, count: int) -> list[dict]:
+    """[N, C], [N, C, d1], [N, C, d1, d2] or [C], every size different; d1 may be 1."""
+    cases = []
+    for index in range(count):
+        n_extra = (1, 2, 0)[index] if index < 3 else rng.choice((0, 1, 1, 2, None))
+        if n_extra is None:
+            cases.append({"C": rng.randrange(2, 30), "d": [], "layout": "contiguous"})
+            continue
+        sizes = rng.sample(range(2, 16), 2 + n_extra)
+        if n_extra and rng.random() < 0.2:
+            sizes[2] = 1
+        layout = rng.choice(("contiguous", "transposed")) if n_extra else "contiguous"
+        cases.append({"N": sizes[0], "C": sizes[1], "d": sizes[2:], "layout": layout})
+    return cases
+
+
+CASES = CaseTable(draw=hidden_sizes, edges=EDGES, draws=3)
+
+
+def target_shape(case) -> list[int]:
+    return [case["N"], *case["d"]] if "N" in case else []
+
+
+def make_logits(gen, case, dtype=torch.float32, device="cpu", *, large=False) -> torch.Tensor:
+    """[N, C, *d] (or [C]): ordinary N(0, 3^2) logits, or large ones (up to about 1e4)."""
+    C, positions = case["C"], target_shape(case)
+    x = randn(gen, *positions, C, dtype=torch.float64, std=ORDINARY)
+    if large:
+        offset = (torch.rand(*positions, 1, generator=gen, dtype=torch.float64) * 2 - 1) * LARGE_OFFSET
+        x = offset + x * (LARGE_SPREAD / ORDINARY)
+    if positions:
+        x = x.movedim(-1, 1)  # (N, C, *d): a [B, T, V] tensor's transpose(1, 2)
+        if case["layout"] == "contiguous":
+            x = x.contiguous()
+    return x.to(dtype=dtype, device=device)
+
+
+def make_target(gen, case, ignore_index=-100, device="cpu", p_ignore=0.3) -> torch.Tensor:
+    """int64 class indices of the target's shape, about p_ignore of them ignore_index (never
+    all: one position is always kept); kept positions never hold the ignored class."""
+    C, shape = case["C"], target_shape(case)
+    classes = [c for c in range(C) if c != ignore_index]
+    picks = torch.randint(len(classes), shape, generator=gen)
+    target = torch.tensor(classes, dtype=torch.int64)[picks]
+    ignored = torch.rand(shape, generator=gen) < p_ignore
+    if ignored.dim():
+        ignored.view(-1)[int(torch.randint(ignored.numel(), (1,), generator=gen))] = False
+    else:
+        ignored = torch.tensor(False)
+    return target.masked_fill(ignored, ignore_index).to(device)
+
+
+def custom_ignore_index(rng, case) -> int:
+    """A custom ignore_index that is itself a legal class (0 or C - 1) when C allows it."""
+    return rng.choice((0, case["C"] - 1)) if case["C"] >= 2 else -1
+
+
+# --------------------------------------------------------------------------- calls
+
+
+def copy(tensor):
+    """A copy with the same strides (a transposed input stays transposed)."""
+    if not isinstance(tensor, torch.Tensor):
+        return tensor
+    return torch.empty_strided(tensor.size(), tensor.stride(), dtype=tensor.dtype, device=tensor.device).copy_(tensor)
+
+
+def call_kata(kata, input, target, **kwargs):
+    """(call, result), every input checked unchanged afterwards."""
+    call = call_repr("cross_entropy", input, target, **kwargs)
+    result = call_and_check_inputs(
+        lambda: kata.cross_entropy(input, target, **kwargs), call, input=input, target=target
+    )
+    return call, result
+
+
+def replay(input, target, **kwargs):
+    """The same call with another implementation, on copies of the inputs taken now (for the diagnosis)."""
+    input, target = copy(input), copy(target)
+
+    def run(implementation) -> dict:
+        return {"loss": call_kata(implementation, copy(input), copy(target), **kwargs)[1]}
+
+    return run
+
+
+def sizes(case) -> dict:
+    return {k: case[k] for k in ("N", "C") if k in case}
+
+
+def reference(input, target, **kwargs) -> torch.Tensor:
+    return F.cross_entropy(input.double(), target, **kwargs).to(input.dtype)
+
+
+def allowed(input, target, **kwargs) -> dict:
+    """The tolerance for this call (see tolerance())."""
+    C = input.size(0 if input.dim() == 1 else 1)
+    kept = int((target != kwargs.get("ignore_index", -100)).sum())
+    count = kept if kwargs.get("reduction", "mean") == "sum" else 1
+    return tolerance(input.dtype, float(input.double().abs().max()), C, count)
+
+
+def check_against_pytorch(kata, case, input, target, **kwargs) -> None:
+    want = reference(input, target, **kwargs)  # first: the kata may break its inputs
+    with SPEC.diagnosing(replay(input, target, **kwargs), sizes(case)):
+        call, got = call_kata(kata, input, target, **kwargs)
+        SPEC.assert_close(got, want, call=call, what="loss", tolerance=allowed(input, target, **kwargs))
+
+
+def reduction_kwargs(reduction: str) -> dict:
+    """reduction passed explicitly, except "mean", the default, which is left out."""
+    return {} if reduction == "mean" else {"reduction": reduction}
+
+
+def benchmark(kata, device):
+    """(kata call, reference call) at a language model's size: logits [8, 128, 4096] passed as
+    logits.transpose(1, 2), float32, about 10% of the targets ignored (-100, padding)."""
+    gen = torch.Generator().manual_seed(0)
+    B, T, V = 8, 128, 4096
+    logits = randn(gen, B, T, V, device=device, std=ORDINARY)
+    target = torch.randint(V, (B, T), generator=gen)
+    target = target.masked_fill(torch.rand(B, T, generator=gen) < 0.1, -100).to(device)
+    return (lambda: kata.cross_entropy(logits.transpose(1, 2), target)), (
+        lambda: F.cross_entropy(logits.transpose(1, 2), target)
+    )
+
+
+SPEC = KataSpec(
+    kata="cross_entropy",
+    symbol="cross_entropy",
+    reference="F.cross_entropy in float64, rounded to the input's dtype",
+    forbidden=CROSS_ENTROPY,
+    tolerances={dtype: tolerance(dtype) for dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16)},
+    tolerance_note=(
+        f"atol times (max|logit| + log C), times the non-ignored count for a sum: {ROUNDING} eps of the "
+        "computation dtype (float64's for float64, float32's for the others), so float32 arithmetic at "
+        "the logits' magnitude is accepted; half precision adds two ulps of rtol; solutions and variants "
+        "measured at most 0.34 of it (0.48 in half precision)"
+    ),
+    cases=CASES,
+    benchmark=benchmark,
+)
+
+
+# --------------------------------------------------------------------------- tests
+
+
+@dtypes(*FULL)
+def test_matches_pytorch_for_every_reduction(kata, rng, gen, dtype, device):
+    """Reductions "none" (ignored positions give 0), "sum", and "mean" over the non-ignored positions;
+    the defaults: reduction "mean", ignore_index -100."""
+    for case in CASES.cases(rng):
+        with case.judged():
+            input, target = make_logits(gen, case, dtype, device), make_target(gen, case, device=device)
+            for reduction in REDUCTIONS:
+                check_against_pytorch(kata, case, input, target, **reduction_kwargs(reduction))
+
+
+@dtypes(*FULL)
+def test_a_custom_ignore_index_is_honoured_even_when_it_is_a_class(kata, rng, gen, dtype, device):
+    """ignore_index 0 or C - 1: a legal class index, which every position holding it must skip."""
+    for case in CASES.cases(rng):
+        with case.judged():
+            ignore_index = custom_ignore_index(rng, case)
+            input = make_logits(gen, case, dtype, device)
+            target = make_target(gen, case, ignore_index, device, p_ignore=0.4)
+            # "mean" first: under "none" a position holding ignore_index 0 gets the same wrong
+            # loss whether ignore_index was overlooked or ignored positions were never zeroed
+            for reduction in ("mean", "sum", "none"):
+                check_against_pytorch(kata, case, input, target, ignore_index=ignore_index, reduction=reduction)
+
+
+@dtypes(*FULL)
+def test_label_smoothing_mixes_in_the_mean_over_all_classes(kata, rng, gen, dtype, device):
+    """(1 - eps) * nll + eps * mean over all C classes of -log p, at non-ignored positions only."""
+    for case in CASES.cases(rng):
+        with case.judged():
+            smoothing = rng.choice((0.1, round(rng.uniform(0.05, 0.95), 3)))
+            ignore_index = rng.choice((-100, custom_ignore_index(rng, case)))
+            input = make_logits(gen, case, dtype, device)
+            target = make_target(gen, case, ignore_index, device, p_ignore=0.4)
+            for reduction in REDUCTIONS:
+                kwargs = {"ignore_index": ignore_index, "reduction": reduction, "label_smoothing": smoothing}
+                check_against_pytorch(kata, case, input, target, **kwargs)
+
+
+@dtypes(*FULL + HALF)
+def test_logits_as_large_as_1e4_neither_overflow_nor_underflow(kata, rng, gen, dtype, device):
+    """exp(1e4) overflows even float64: subtract each position's own max. Positions sit up to
+    14000 apart, so a max over the whole tensor underflows whole positions, and log(softmax)
+    underflows to log(0) = -inf."""
+    for case in CASES.cases(rng):
+        with case.judged():
+            input, target = make_logits(gen, case, dtype, device, large=True), make_target(gen, case, device=device)
+            for reduction in REDUCTIONS:
+                smoothing = rng.choice((0.0, 0.2))
+                kwargs = {"reduction": reduction} | ({"label_smoothing": smoothing} if smoothing else {})
+                check_against_pytorch(kata, case, input, target, **kwargs)
+
+
+@dtypes(*HALF)
+def test_half_precision_returns_the_input_dtype(kata, rng, gen, dtype, device):
+    """float16 and bfloat16 logits: computed in float32 or better, returned in their own dtype."""
+    for case in CASES.cases(rng):
+        with case.judged():
+            ignore_index = rng.choice((-100, custom_ignore_index(rng, case)))
+            input = make_logits(gen, case, dtype, device)
+            target = make_target(gen, case, ignore_index, device)
+            for reduction in REDUCTIONS:
+                kwargs = {"ignore_index": ignore_index, "reduction": reduction}
+                check_against_pytorch(kata, case, input, target, **kwargs, label_smoothing=rng.choice((0.0, 0.1)))
+
+
+def test_when_every_target_is_ignored_sum_is_0_and_none_all_zeros(kata, rng, gen):
+    """No position counts: "sum" is 0 and "none" gives 0 everywhere (a "mean" would be 0 / 0: not judged)."""
+    case = CASES.random(rng)[0]
+    ignore_index = rng.choice((-100, custom_ignore_index(rng, case)))
+    input = make_logits(gen, case)
+    target = torch.full(target_shape(case), ignore_index, dtype=torch.int64)
+    for reduction in ("none", "sum"):
+        kwargs = {"ignore_index": ignore_index, "reduction": reduction, "label_smoothing": rng.choice((0.0, 0.1))}
+        check_against_pytorch(kata, case, input, target, **kwargs)
+
+
+def test_gradients_flow_back_to_the_input_like_autograd_through_pytorch(kata, rng, gen):
+    """Autograd through the kata in float64 against autograd through F.cross_entropy: every
+    reduction, with ignored positions, with and without label smoothing."""
+    for case in (CASES.edges[0], *CASES.random(rng, 2)):
+        with case.judged():
+            ignore_index = rng.choice((-100, custom_ignore_index(rng, case)))
+            input = make_logits(gen, case, torch.float64)
+            target = make_target(gen, case, ignore_index)
+            for reduction in REDUCTIONS:
+                kwargs = {"ignore_index": ignore_index, "reduction": reduction}
+                kwargs["label_smoothing"] = rng.choice((0.0, 0.25))
+                shape = target.shape if reduction == "none" else torch.Size()
+                upstream = randn(gen, shape.numel(), dtype=torch.float64).reshape(shape)
+                call = call_repr("cross_entropy", input, target, **kwargs) + ".backward"
+
+                def gradient(implementation, input=input, target=target, kwargs=kwargs, upstream=upstream, call=call):
+                    mine = copy(input).requires_grad_()
+                    _, loss = call_kata(implementation, mine, target.clone(), **kwargs)
+                    if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+                        raise AssertionError(
+                            f"{call}: the loss does not require grad; autograd lost track of the input"
+                        )
+                    (loss * upstream).sum().backward()
+                    if mine.grad is None:
+                        raise AssertionError(f"{call}: no gradient reached `input`")
+                    return {"the gradient of `input`": mine.grad}
+
+                twin = copy(input).requires_grad_()
+                (F.cross_entropy(twin, target, **kwargs) * upstream).sum().backward()
+                with SPEC.diagnosing(gradient, sizes(case)):
+                    got = gradient(kata)["the gradient of `input`"]
+                    SPEC.assert_close(
+                        got, twin.grad, call=call, what="the gradient of `input`", tolerance=GRADIENT_TOLERANCE
+                    )
+
+
+def test_an_unknown_reduction_raises_value_error(kata, rng, gen):
+    case = CASES.random(rng)[0]
+    input, target = make_logits(gen, case), make_target(gen, case)
+    reduction = rng.choice(("average", "batchmean", "Mean", "mean "))
+    call = call_repr("cross_entropy", input, target, reduction=reduction)
+
+    def check(implementation) -> dict:
+        try:
+            result = implementation.cross_entropy(input.clone(), target.clone(), reduction=reduction)
+        except ValueError:
+            return {}
+        except (NotImplementedError, ForbiddenCallError):  # the stub, a refusal: as they are
+            raise
+        except Exception as error:  # noqa: BLE001 - the message names what was raised instead
+            raise AssertionError(
+                f"{call} raised {type(error).__name__}: {error}; expected ValueError (not a reduction)"
+            ) from None
+        raise AssertionError(
+            f"{call} returned {describe(result)}; expected ValueError, as F.cross_entropy raises "
+            '(the reductions are "none", "sum" and "mean")'
+        )
+
+    with SPEC.diagnosing(check, sizes(case)):
+        check(kata)
+
+
+def test_results_follow_the_device_of_the_inputs(kata, rng, gen, other_device):
+    """Masks and counts made inside the kata must be made on the input's device."""
+    for case in (CASES.edges[0], CASES.random(rng)[0]):
+        with case.judged():
+            input = make_logits(gen, case, torch.float32, other_device)
+            target = make_target(gen, case, device=other_device)
+            for reduction in REDUCTIONS:
+                kwargs = {"reduction": reduction, "label_smoothing": 0.1}
+                if other_device != "meta":
+                    check_against_pytorch(kata, case, input, target, **kwargs)
+                    continue
+                shape = target.shape if reduction == "none" else ()
+                want = torch.empty(shape, dtype=input.dtype, device="meta")  # meta: a shape and a device, no values
+                with SPEC.diagnosing(replay(input, target, **kwargs), sizes(case)):
+                    call, got = call_on_device(
+                        lambda x=input, t=target, kw=kwargs: call_kata(kata, x, t, **kw), other_device
+                    )
+                    check_tensor_kind(got, want, call=call, what="loss")
+
+
+def test_does_not_modify_its_inputs(kata, rng, gen):
+    """Every call is checked (see call_kata); here in float16 with a transposed input and a
+    custom ignore_index, where a kata may convert or fill in place."""
+    case = CASES.edges[1]
+    ignore_index = custom_ignore_index(rng, case)
+    input, target = make_logits(gen, case, torch.float16), make_target(gen, case, ignore_index)
+    for reduction in REDUCTIONS:
+        kwargs = {"ignore_index": ignore_index, "reduction": reduction, "label_smoothing": 0.1}
+        with SPEC.diagnosing(replay(input, target, **kwargs), sizes(case)):
+            call_kata(kata, input, target, **kwargs)
+
+
+def test_prints_nothing(kata, gen, capfd):
+    kata.cross_entropy(randn(gen, 3, 5), torch.tensor([0, -100, 4]), label_smoothing=0.1)
+    assert_prints_nothing(capfd, "cross_entropy(float32[3, 5], int64[3], label_smoothing=0.1)")

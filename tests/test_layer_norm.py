@@ -1,0 +1,519 @@
+"""layer_norm: the forward judged against F.layer_norm, the hand-written backward against
+autograd through F.layer_norm, both in float64.
+
+The references run in float64 on the inputs as the kata gets them (rounded to the dtype
+under test), on the inputs' device, and are rounded to that dtype. F.layer_norm itself
+takes only a sequence as normalized_shape; the kata also takes an int (as nn.LayerNorm).
+Weights are drawn as 1 + N(0, 0.4^2), biases and grad_output as N(0, 0.4^2) and N(0, 1).
+
+Inputs: each row (one position of the leading dims) has its own spread and mean. For the
+forward the rows mix spreads: 3e-3 first (a variance of 9e-6, of the order of eps, so eps
+changes the result), then 1, 300 (its squares overflow float16: a half input must be
+computed in float32) and 0.5; each row's mean is a few times its spread (a row that is not
+centred shows a missing mean). The backward's grad_input scales as 1 / spread, so each
+backward call gives all its rows one spread (1 in most tests, 3e-3 where eps is judged,
+300 in float16), and each gradient's tolerance grows with the size of the terms it sums
+(see gradient_scales).
+
+Autograd inside layer_norm_backward, in any form, is refused by the AUTOGRAD rules, and so
+is any result that records a graph: its tests call it with tensors that do not require grad.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from judge.forbidden import AUTOGRAD, LAYER_NORM
+from judge.testing.checks import (
+    Mismatch,
+    assert_close,
+    assert_prints_nothing,
+    call_and_check_inputs,
+    call_on_device,
+    call_repr,
+    check_tensor_kind,
+    describe,
+)
+from judge.testing.inputs import randn
+from judge.testing.spec import CaseTable, KataSpec, dtypes, edge
+
+FULL = [torch.float32, torch.float64]
+HALF = [torch.float16, torch.bfloat16]
+
+# Row spreads (std) cycled over the positions of the leading dims in the forward tests, and
+# each row's mean in units of its spread (cycled alike).
+FORWARD_SPREADS = (3e-3, 1.0, 300.0, 0.5)
+MEANS = (1.5, 3.0, -0.5, 0.0)
+SMALL, ORDINARY, LARGE = 3e-3, 1.0, 300.0  # one spread for every row of a backward call
+# Explicit eps values: each changes the result on rows of spread 3e-3 (a variance of 9e-6).
+EXPLICIT_EPS = (1e-6, 1e-5, 1e-4, 1e-3)
+
+# Forward: (rtol, atol) against F.layer_norm in float64, rounded to the dtype under test.
+# The output is x_hat * weight + bias with x_hat of order 1 whatever the row's spread: the
+# error is absolute on that scale (x - mean loses a few ulps of the row's mean, which is up
+# to 3x its spread). Measured over 100 seeds x every case of the forward tests' kinds, on
+# the solution and both variants, worst error: float64 1.3e-14 (atol 1e-13: 8x), float32
+# 4.4e-6 (atol 2e-5: 4.6x; F.layer_norm in float32 itself 4.2e-6), float16 3.9e-3 and
+# bfloat16 7.8e-3 on outputs up to 4 (one ulp, the final rounding: 0.33 and 0.19 of the
+# allowed, about 2 ulps).
+TOLERANCES = {
+    torch.float64: {"rtol": 1e-13, "atol": 1e-13},
+    torch.float32: {"rtol": 1.3e-6, "atol": 2e-5},
+    torch.float16: {"rtol": 2e-3, "atol": 2e-3},
+    torch.bfloat16: {"rtol": 1.6e-2, "atol": 1.6e-2},
+}
+# Backward: rtol, and atol per unit of the size of the terms each gradient sums (see
+# gradient_scales: grad_input is rstd * (grad_x_hat - its row mean - x_hat * the row mean of
+# grad_x_hat * x_hat), terms that cancel, so its error follows the terms, not the result).
+# Measured as for the forward (every backward test's kind with spreads 3e-3, 1 and 300, with
+# and without a weight, 100 seeds), the worst error over that scale: float64 1.8e-15 (the
+# float64 Jacobian variant; atol 1e-14: 5.7x), float32 2.0e-7 (atol 1e-6: 4.9x; PyTorch's
+# own float32 autograd 1.8e-7), float16 2.2e-4 (atol 1e-3: 4.6x), bfloat16 1.5e-3 (atol
+# 8e-3: 5.3x); rtol covers each element's final rounding (2 ulps in half precision).
+GRAD_TOLERANCES = {
+    torch.float64: {"rtol": 1e-13, "atol": 1e-14},
+    torch.float32: {"rtol": 1.3e-6, "atol": 1e-6},
+    torch.float16: {"rtol": 2e-3, "atol": 1e-3},
+    torch.bfloat16: {"rtol": 1.6e-2, "atol": 8e-3},
+}
+
+
+def grad_tolerance(dtype: torch.dtype, scale: float) -> dict:
+    """The backward's tolerance for one gradient: atol per unit of `scale`, the size of the
+    terms it sums (see gradient_scales), not of the result: the terms cancel."""
+    tolerance = GRAD_TOLERANCES[dtype]
+    return {"rtol": tolerance["rtol"], "atol": tolerance["atol"] * scale}
+
+
+# --------------------------------------------------------------------------- the case table
+
+
+def hidden_sizes(rng, count: int) -> list[dict]:
+    """Leading dims (0 to 2 of them) and a normalised shape of 1 to 3 dims, every size
+    different. The first draw normalises over two dims behind two leading dims."""
+    cases = []
+    for index in range(count):
+        n_shape = 2 if index == 0 else rng.randint(1, 3)
+        n_lead = 2 if index == 0 else rng.choice((0, 1, 2, 2))
+        sizes = rng.sample(range(2, 10), n_lead + n_shape)
+        cases.append({"lead": sizes[:n_lead], "shape": tuple(sizes[n_lead:])})
+    return cases
+
+
+# Named edge cases, run every time: the most telling first (the first failure shown is the
+# first edge case that fails).
+EDGES = (
+    # the last dim only, the first leading dim only, every dim: each gives another result
+    edge("two normalised dims behind two leading dims, odd sizes", lead=[3, 4], shape=(5, 7)),
+    # variance 0: x - mean is 0, so the output is the bias and grad_input is 0
+    edge("one normalised element (variance 0)", lead=[4, 3], shape=(1,)),
+    # grad_weight is summed over no dim at all; sum(dim=()) sums over every dim
+    edge("no leading dims: the whole input one row", lead=[], shape=(3, 5)),
+    edge("three normalised dims, one of size 1", lead=[2], shape=(4, 1, 3)),
+    edge("one position", lead=[1, 1], shape=(9,)),
+)
+CASES = CaseTable(draw=hidden_sizes, edges=EDGES, draws=3)
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def make_x(gen, case, dtype, device, spreads=FORWARD_SPREADS) -> torch.Tensor:
+    """x [*lead, *shape]: row r (a position of the leading dims) has spread spreads[r % len]
+    and mean MEANS[r % 4] times that spread."""
+    lead, shape = list(case["lead"]), list(case["shape"])
+    rows = math.prod(lead)
+    x = randn(gen, rows, math.prod(shape), dtype=torch.float64)
+    spread = torch.tensor([spreads[r % len(spreads)] for r in range(rows)], dtype=torch.float64)
+    mean = torch.tensor([MEANS[r % len(MEANS)] for r in range(rows)], dtype=torch.float64) * spread
+    x = (x * spread[:, None] + mean[:, None]).reshape(*lead, *shape)
+    return x.to(dtype=dtype, device=device)
+
+
+def make_affine(gen, case, dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+    shape = tuple(case["shape"])
+    weight = 1 + randn(gen, *shape, std=0.4, dtype=torch.float64)
+    bias = randn(gen, *shape, std=0.4, dtype=torch.float64)
+    return weight.to(dtype=dtype, device=device), bias.to(dtype=dtype, device=device)
+
+
+def passed_as(rng, shape: tuple):
+    """How a test passes normalized_shape: an int (one dim only), a tuple, a list or a torch.Size."""
+    forms = [tuple, tuple, list, torch.Size] + ([lambda s: s[0]] * 2 if len(shape) == 1 else [])
+    return rng.choice(forms)(shape)
+
+
+def sizes_of(case) -> dict:
+    return {"N": math.prod(case["shape"]), "rows": math.prod(case["lead"])}
+
+
+def clones(values: dict) -> dict:
+    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in values.items()}
+
+
+# --------------------------------------------------------------------------- the forward
+
+
+def forward_reference(x, normalized_shape, weight=None, bias=None, eps=1e-5) -> torch.Tensor:
+    """F.layer_norm in float64 on the inputs' device, rounded to x's dtype."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    double = lambda t: None if t is None else t.double()
+    return F.layer_norm(x.double(), shape, double(weight), double(bias), eps).to(x.dtype)
+
+
+def call_forward(kata, args: dict) -> tuple[str, object]:
+    """layer_norm(x, normalized_shape, weight=..., bias=..., eps=...) with the keywords the
+    test gives, checking that no input was modified."""
+    x, shape = args["x"], args["normalized_shape"]
+    keywords = {k: args[k] for k in ("weight", "bias", "eps") if k in args}
+    call = call_repr("layer_norm", x, shape, **keywords)
+    tensors = {k: v for k, v in args.items() if isinstance(v, torch.Tensor)}
+    return call, call_and_check_inputs(lambda: kata.layer_norm(x, shape, **keywords), call, **tensors)
+
+
+def check_forward(kata, args: dict, case) -> None:
+    want = forward_reference(**args)
+    originals = clones(args)
+
+    def replay(implementation) -> dict:
+        return {"output": call_forward(implementation, clones(originals))[1]}
+
+    with SPEC.diagnosing(replay, sizes_of(case)):
+        call, got = call_forward(kata, args)
+        SPEC.assert_close(got, want, call=call, what="output")
+
+
+def forward_args(gen, case, dtype, device, *, shape=None, weight=True, bias=True, eps=None, spreads=FORWARD_SPREADS):
+    args = {"x": make_x(gen, case, dtype, device, spreads), "normalized_shape": shape or tuple(case["shape"])}
+    w, b = make_affine(gen, case, dtype, device)
+    args |= ({"weight": w} if weight else {}) | ({"bias": b} if bias else {})
+    return args | ({} if eps is None else {"eps": eps})
+
+
+# --------------------------------------------------------------------------- the backward
+
+NAMES = ("grad_input", "grad_weight", "grad_bias")
+ORDER = ("grad_bias", "grad_weight", "grad_input")  # each depends on more of the derivation
+HINTS = {
+    "grad_bias": "grad_bias needs only grad_output: each bias element is used at every position of the "
+    "leading dims, so sum over all of them (and only them).",
+    "grad_weight": "grad_bias is right: check x_hat (recomputed as the forward does: the biased variance, "
+    "eps inside the square root, over every normalised dim) and the sum over the leading dims.",
+    "grad_input": "grad_weight is right, so x_hat is: check grad_input's terms: the weight in grad_x_hat, "
+    "the term through the mean, the term through the variance (each a mean over the row) and rstd.",
+    "grad_input without a weight": "check the recomputed x_hat (the biased variance, eps inside the square "
+    "root, every normalised dim) and grad_input's terms: the one through the mean, the one through the "
+    "variance (each a mean over the row) and rstd.",
+}
+
+
+def backward_reference(grad_output, x, normalized_shape, weight=None, bias=None, eps=1e-5) -> dict:
+    """Autograd through F.layer_norm in float64 on the inputs' device, rounded to x's dtype:
+    grad_weight and grad_bias are None without a weight (then there is no bias either)."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    leaves = [x.detach().double().requires_grad_()]
+    if weight is not None:
+        leaves += [weight.detach().double().requires_grad_(), bias.detach().double().requires_grad_()]
+    with torch.enable_grad():
+        output = F.layer_norm(leaves[0], shape, *(leaves[1:] if weight is not None else (None, None)), eps)
+        grads = torch.autograd.grad(output, leaves, grad_output.double())
+    grads = [g.to(x.dtype) for g in grads] + [None, None] * (weight is None)
+    return dict(zip(NAMES, grads))
+
+
+def gradient_scales(grad_output, x, normalized_shape, weight=None, bias=None, eps=1e-5) -> dict:
+    """The size of the terms each gradient sums, in float64, which its error follows (the
+    terms cancel: a row of variance 0 gives exactly 0). Per row, x - mean loses about
+    eps(dtype) * max|x|, which x_hat carries times rstd: the row's conditioning is
+    c = 1 + max|x| * rstd. grad_input: the largest rstd * |grad_output * weight| * c of a
+    row; grad_weight: the largest sum over the rows of |grad_output| * c; grad_bias: the
+    largest sum over the rows of |grad_output|."""
+    n = 1 if isinstance(normalized_shape, int) else len(normalized_shape)
+    N = math.prod(x.shape[x.dim() - n :])
+    h, g = x.double().reshape(-1, N), grad_output.double().abs().reshape(-1, N)
+    rstd = torch.rsqrt(torch.var(h, dim=1, correction=0, keepdim=True) + eps)  # (rows, 1)
+    conditioning = 1 + h.abs().amax(dim=1, keepdim=True) * rstd
+    g_weighted = g if weight is None else g * weight.double().abs().reshape(1, N)
+    return {
+        "grad_input": float((rstd * g_weighted * conditioning).max()),
+        "grad_weight": float((g * conditioning).sum(dim=0).max()),
+        "grad_bias": float(g.sum(dim=0).max()),
+    }
+
+
+def call_backward(kata, args: dict) -> tuple[str, dict]:
+    """layer_norm_backward(grad_output, x, normalized_shape, weight=..., eps=...) with the
+    keywords the test gives, checking that no input was modified; the result as a dict."""
+    grad_output, x, shape = args["grad_output"], args["x"], args["normalized_shape"]
+    keywords = {k: args[k] for k in ("weight", "eps") if k in args}
+    call = call_repr("layer_norm_backward", grad_output, x, shape, **keywords)
+    tensors = {k: v for k, v in args.items() if isinstance(v, torch.Tensor) and k != "bias"}
+    result = call_and_check_inputs(lambda: kata.layer_norm_backward(grad_output, x, shape, **keywords), call, **tensors)
+    if not isinstance(result, (tuple, list)) or len(result) != 3:
+        raise AssertionError(
+            f"{call} returned {describe(result)}; expected a triple (grad_input, grad_weight, grad_bias)"
+        )
+    return call, dict(zip(NAMES, result))
+
+
+def check_gradient_kinds(call: str, got: dict, want: dict) -> None:
+    """Type, shape, dtype and device of each gradient, before any value; None where no weight."""
+    for name in NAMES:
+        if want[name] is None:
+            if got[name] is not None:
+                raise Mismatch(
+                    f"{call} returned {name} {describe(got[name])}; expected None: without a weight there is "
+                    "no weight and no bias, so grad_weight and grad_bias are both None",
+                    what=name,
+                    actual=got[name],
+                    expected=None,
+                    kind_only=True,
+                )
+            continue
+        try:
+            check_tensor_kind(got[name], want[name], call=call, what=name)
+        except Mismatch as error:
+            if got[name] is None:
+                error.args = (f"{error}; with a weight, grad_weight and grad_bias are both tensors",)
+            raise
+
+
+def judge_gradients(call: str, got: dict, want: dict, scales: dict) -> None:
+    """Kinds first, then the values in dependency order, with a hint for the first one off."""
+    check_gradient_kinds(call, got, want)
+    for name in ORDER:
+        if want[name] is None:
+            continue
+        dtype = want[name].dtype
+        try:
+            assert_close(got[name], want[name], call=call, what=name, tolerance=grad_tolerance(dtype, scales[name]))
+        except AssertionError as error:
+            hint = "grad_input without a weight" if want["grad_weight"] is None and name == "grad_input" else name
+            error.args = (f"{error}. {HINTS[hint]}",)  # in place: it stays a Mismatch for the diagnosis
+            raise
+
+
+def check_backward(kata, args: dict, case) -> None:
+    """The learner's gradients against autograd's, computed on the inputs as they were."""
+    want, scales = backward_reference(**args), gradient_scales(**args)
+    originals = clones(args)
+
+    def replay(implementation) -> dict:
+        return call_backward(implementation, clones(originals))[1]
+
+    with SPEC.diagnosing(replay, sizes_of(case)):
+        call, got = call_backward(kata, args)
+        judge_gradients(call, got, want, scales)
+
+
+def backward_args(gen, case, dtype, device, *, spread=ORDINARY, shape=None, weight=True, eps=None) -> dict:
+    """grad_output, x (every row of one spread), normalized_shape, and weight (with the bias
+    the reference's forward adds: no gradient depends on its value) when asked."""
+    args = {
+        "grad_output": randn(gen, *case["lead"], *case["shape"], dtype=dtype, device=device),
+        "x": make_x(gen, case, dtype, device, (spread,)),
+        "normalized_shape": shape or tuple(case["shape"]),
+    }
+    if weight:
+        args["weight"], args["bias"] = make_affine(gen, case, dtype, device)
+    return args | ({} if eps is None else {"eps": eps})
+
+
+# --------------------------------------------------------------------------- the spec
+
+
+def benchmark(kata, device):
+    """(kata call, reference call, notes): a forward and a backward over batch 8, length
+    128, width 1024 in float32, against F.layer_norm run with autograd recording and
+    autograd's backward (the grader times under torch.no_grad(), so the reference turns grad
+    on). PyTorch's fused kernels make a pass or two over the data where eager code makes
+    about twenty, so the notes also time autograd through the formula written out eagerly:
+    the fair yardstick for hand-written tensor code."""
+    B, T, C = 8, 128, 1024
+    gen = torch.Generator().manual_seed(0)
+    x, grad_output = randn(gen, B, T, C, device=device), randn(gen, B, T, C, device=device)
+    weight = (1 + randn(gen, C, std=0.4)).to(device)
+    bias = randn(gen, C, std=0.4, device=device)
+    leaves = [t.clone().requires_grad_() for t in (x, weight, bias)]
+
+    def mine():
+        return kata.layer_norm(x, C, weight, bias), kata.layer_norm_backward(grad_output, x, C, weight)
+
+    def reference():
+        with torch.enable_grad():
+            output = F.layer_norm(leaves[0], (C,), leaves[1], leaves[2])
+            return output.detach(), torch.autograd.grad(output, leaves, grad_output)
+
+    def eager():
+        with torch.enable_grad():
+            centred = leaves[0] - leaves[0].mean(-1, keepdim=True)
+            output = centred * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + 1e-5) * leaves[1] + leaves[2]
+            return output.detach(), torch.autograd.grad(output, leaves, grad_output)
+
+    def notes() -> dict:
+        from torch.utils import benchmark as torch_benchmark
+
+        from judge.timing import MIN_RUN_TIME, format_seconds
+
+        eager()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        timer = torch_benchmark.Timer("fn()", globals={"fn": eager}, num_threads=torch.get_num_threads())
+        return {"eager autograd": format_seconds(timer.blocked_autorange(min_run_time=MIN_RUN_TIME).median)}
+
+    return mine, reference, notes
+
+
+SPEC = KataSpec(
+    kata="layer_norm",
+    symbol="layer_norm",
+    reference="F.layer_norm in float64; the backward against autograd through it",
+    forbidden=LAYER_NORM,
+    also={"layer_norm_backward": LAYER_NORM + AUTOGRAD},
+    tolerances=TOLERANCES,
+    tolerance_note=(
+        "the forward's (solution and variants measured at most 4.4e-6 in float32, one ulp in half "
+        "precision); the backward's atol is per unit of its terms' size, rstd * |grad_output * weight| * "
+        "(1 + max|x| * rstd) for grad_input (terms that cancel): float32 1e-6, measured at most 2.0e-7"
+    ),
+    cases=CASES,
+    benchmark=benchmark,
+)
+
+
+# --------------------------------------------------------------------------- forward tests
+
+
+@dtypes(*FULL)
+def test_matches_f_layer_norm_with_a_weight_and_a_bias(kata, rng, gen, dtype, device):
+    """The default eps (1e-5), normalized_shape as an int, tuple, list or torch.Size."""
+    for case in CASES.cases(rng):
+        with case.judged():
+            shape = passed_as(rng, tuple(case["shape"]))
+            check_forward(kata, forward_args(gen, case, dtype, device, shape=shape), case)
+
+
+@dtypes(*FULL)
+def test_weight_and_bias_are_each_optional(kata, rng, gen, dtype, device):
+    """None for either or both: no scaling, nothing added."""
+    combinations = [(False, False), (True, False), (False, True)]
+    for index, case in enumerate(CASES.cases(rng)):
+        with case.judged():
+            weight, bias = combinations[index % 3]
+            check_forward(kata, forward_args(gen, case, dtype, device, weight=weight, bias=bias), case)
+
+
+@dtypes(*FULL)
+def test_eps_goes_inside_the_square_root_on_rows_of_small_variance(kata, rng, gen, dtype, device):
+    """Every row of spread 3e-3 (a variance of 9e-6); eps from 1e-6 to 1e-3, given explicitly."""
+    for case in CASES.cases(rng):
+        with case.judged():
+            eps = rng.choice(EXPLICIT_EPS)
+            check_forward(kata, forward_args(gen, case, dtype, device, eps=eps, spreads=(SMALL,)), case)
+
+
+@dtypes(*HALF)
+def test_half_precision_is_computed_in_float32_and_cast_back(kata, rng, gen, dtype):
+    """Rows of spread 300 among the others: their squares overflow float16."""
+    for index, case in enumerate(CASES.cases(rng)):
+        with case.judged():
+            options = {"eps": rng.choice(EXPLICIT_EPS)} if index % 2 else {}
+            check_forward(kata, forward_args(gen, case, dtype, "cpu", **options), case)
+
+
+# --------------------------------------------------------------------------- backward tests
+
+
+@dtypes(*FULL)
+def test_gradients_match_autograd_through_f_layer_norm(kata, rng, gen, dtype, device):
+    """With a weight: grad_input, grad_weight and grad_bias, the default eps."""
+    for case in CASES.cases(rng):
+        with case.judged():
+            shape = passed_as(rng, tuple(case["shape"]))
+            check_backward(kata, backward_args(gen, case, dtype, device, shape=shape), case)
+
+
+@dtypes(*FULL)
+def test_without_a_weight_grad_weight_and_grad_bias_are_none(kata, rng, gen, dtype, device):
+    for case in CASES.cases(rng):
+        with case.judged():
+            check_backward(kata, backward_args(gen, case, dtype, device, weight=False), case)
+
+
+@dtypes(*FULL)
+def test_backward_eps_goes_inside_the_square_root_on_rows_of_small_variance(kata, rng, gen, dtype, device):
+    """Every row of spread 3e-3; eps from 1e-6 to 1e-3 given explicitly, with and without a weight."""
+    for index, case in enumerate(CASES.cases(rng)):
+        with case.judged():
+            args = backward_args(
+                gen, case, dtype, device, spread=SMALL, weight=index % 3 != 1, eps=rng.choice(EXPLICIT_EPS)
+            )
+            check_backward(kata, args, case)
+
+
+@dtypes(*HALF)
+def test_backward_in_half_precision_is_computed_in_float32_and_cast_back(kata, rng, gen, dtype):
+    """float16 rows of spread 300: their squares overflow float16."""
+    for index, case in enumerate(CASES.cases(rng)):
+        with case.judged():
+            spread = LARGE if dtype == torch.float16 and index % 2 == 0 else ORDINARY
+            check_backward(kata, backward_args(gen, case, dtype, "cpu", spread=spread, weight=index % 3 != 1), case)
+
+
+def test_backward_works_under_no_grad_on_inputs_that_do_not_require_grad(kata, rng, gen):
+    """As the grader times it: the gradients come from the learner's own formulas (autograd,
+    in any form, is refused by the AUTOGRAD rules in every test)."""
+    case = CASES.random(rng)[1]
+    args = backward_args(gen, case, torch.float64, "cpu", eps=rng.choice(EXPLICIT_EPS))
+    want, scales = backward_reference(**args), gradient_scales(**args)
+    originals = clones(args)
+    with SPEC.diagnosing(lambda implementation: call_backward(implementation, clones(originals))[1], sizes_of(case)):
+        with torch.no_grad():
+            call, got = call_backward(kata, args)
+        judge_gradients(call + " under torch.no_grad()", got, want, scales)
+
+
+# --------------------------------------------------------------------------- contract
+
+
+def test_results_follow_the_dtype_and_device_of_the_inputs(kata, rng, gen, other_device):
+    """Each result has its input's shape, dtype and device (on "meta" without a GPU: no values)."""
+    case = CASES.random(rng)[0]
+    for dtype in FULL:
+        forward = forward_args(gen, case, dtype, other_device)
+        backward = backward_args(gen, case, dtype, other_device)
+        if other_device != "meta":
+            check_forward(kata, forward, case)
+            check_backward(kata, backward, case)
+            continue
+        call, output = call_on_device(lambda forward=forward: call_forward(kata, forward), other_device)
+        check_tensor_kind(output, torch.empty_like(forward["x"]), call=call, what="output")
+        call, got = call_on_device(lambda backward=backward: call_backward(kata, backward), other_device)
+        like = {"grad_input": backward["x"], "grad_weight": backward["weight"], "grad_bias": backward["weight"]}
+        for name in NAMES:  # meta tensors have a shape and a device but no values
+            check_tensor_kind(got[name], torch.empty_like(like[name]), call=call, what=name)
+
+
+def test_does_not_modify_its_inputs(kata, rng, gen):
+    """call_forward and call_backward check it in every test; here in every dtype."""
+    case = CASES.random(rng)[0]
+    for dtype in (*FULL, *HALF):
+        for weight in (True, False):
+            forward = forward_args(gen, case, dtype, "cpu", weight=weight, bias=weight, eps=1e-4)
+            backward = backward_args(gen, case, dtype, "cpu", weight=weight, eps=1e-4)
+            for call, args in ((call_forward, forward), (call_backward, backward)):
+
+                def check(implementation, call=call, args=args):
+                    result = call(implementation, clones(args))[1]
+                    return result if isinstance(result, dict) else {"output": result}
+
+                with SPEC.diagnosing(check, sizes_of(case)):
+                    check(kata)
+
+
+def test_prints_nothing(kata, gen, capfd):
+    x, grad_output, weight = randn(gen, 2, 3, 4), randn(gen, 2, 3, 4), randn(gen, 3, 4)
+    kata.layer_norm(x, (3, 4), weight, weight)
+    kata.layer_norm_backward(grad_output, x, (3, 4), weight)
+    assert_prints_nothing(capfd, "layer_norm(...) or layer_norm_backward(...)")

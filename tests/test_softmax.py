@@ -1,0 +1,391 @@
+"""softmax: judged against F.softmax and F.log_softmax in float64.
+
+Two public functions, softmax(x, dim=-1) and log_softmax(x, dim=-1), each compared with
+PyTorch's own in float64 (the input converted exactly), rounded to x's dtype. Inputs are
+made row by row (a "row" is one slice along the reduced dim), so each named case puts its
+trap in every row: scores of +-1e4 (exp overflows without the max subtracted), rows 1000
+apart (a max over the whole tensor underflows whole rows), -inf among finite scores,
+the reduced dim first, in the middle, of size 1, a transposed view, and one score 10 above
+the rest of its row (half precision computed in its own dtype rounds the sum to 1 there). A row that is entirely -inf is
+undefined (PyTorch gives NaN): it is blanked in both results before they are compared.
+
+Tolerances: see `tolerance` below; the measured figures are in the comment above it.
+"""
+
+import torch
+import torch.nn.functional as F
+
+from judge.forbidden import SOFTMAX, ForbiddenCallError
+from judge.testing.checks import (
+    assert_close,
+    assert_prints_nothing,
+    call_and_check_inputs,
+    call_on_device,
+    call_repr,
+    check_tensor_kind,
+    describe,
+)
+from judge.testing.inputs import randn
+from judge.testing.spec import CaseTable, KataSpec, dtypes, edge
+
+FULL = (torch.float32, torch.float64)
+HALF = (torch.bfloat16, torch.float16)  # bfloat16 first: computed in its own dtype, it is off by percents
+NEG_INF = float("-inf")
+REFERENCES = {"softmax": F.softmax, "log_softmax": F.log_softmax}
+WHAT = {"softmax": "probabilities", "log_softmax": "log-probabilities"}
+
+
+# --------------------------------------------------------------------------- tolerances
+
+# (rtol, atol) of a result, from x's dtype and its amplitude A = max(1, max finite |x|).
+# Two honest orders of operations exist: PyTorch's, (x - m) - log(sum(exp(x - m))), and the
+# textbook log-sum-exp, x - (m + log(sum(exp(x - m)))) (scipy's softmax is exp(x - lse)).
+# The second rounds m + log(sum) at the scale of |x|: an absolute error of about eps * A in
+# every exponent, which PyTorch's order avoids (pytorch#11752) but which is no slip; so the
+# allowed error grows with A (the input's own resolution):
+#   softmax:     rtol = ROUND * eps(x's dtype) + SHIFT * eps(compute dtype) * A,
+#                atol = SUBNORMAL * the smallest subnormal of x's dtype (underflowed values);
+#   log_softmax: rtol = ROUND * eps(x's dtype), atol = SHIFT * eps(compute dtype) * A.
+# The compute dtype is float32 for float16 and bfloat16 inputs. Half precision: a float32
+# computation rounded once and the float64 reference rounded once differ by at most one
+# ulp, which is at most eps(x's dtype) relative; ROUND = 2 leaves twice that.
+# Measured over 100 seeds x every case of this table (9 edge cases, 6 random draws) in every
+# dtype, worst error as a fraction of the allowed one, softmax / log_softmax:
+#   the solution:                         float64 0.068 / 0.076, float32 0.11 / 0.099,
+#                                         float16 0.48 / 0.48, bfloat16 0.31 / 0.39
+#   log-sum-exp form (variant):           float64 0.18 / 0.11, float32 0.22 / 0.12,
+#                                         float16 0.49 / 0.49, bfloat16 0.46 / 0.50
+#   online softmax, float64 for halves:   float64 0.062 / 0.068, float32 0.11 / 0.088, halves 0
+#   F.softmax / F.log_softmax in x's own dtype (25 seeds): float32 0.11 / 0.079, softmax in
+#   half 0.50; but PyTorch's CPU log_softmax rounds m + log(sum) to the half dtype: 63x
+#   (float16) and 58x (bfloat16) the allowed error on a top score near 0, as the
+#   wave's rule (half computed in float32) forbids.
+# Computed in the half dtype itself (the slip half_computed_in_half): log_softmax at least
+# 18x (float16) and 37x (bfloat16) over on the edge case "one score 10 above the rest" in
+# 40 seeds out of 40, softmax in bfloat16 at least 1.9x; softmax in float16 only 1 to 2 ulps off
+# (0.9x to 1.9x): float16 keeps enough digits for a softmax, not for its log.
+ROUND = {torch.float64: 8, torch.float32: 8, torch.float16: 2, torch.bfloat16: 2}
+SHIFT = 8
+SUBNORMAL = 4
+
+
+def smallest_subnormal(dtype: torch.dtype) -> float:
+    return torch.finfo(dtype).smallest_normal * torch.finfo(dtype).eps
+
+
+def tolerance(name: str, x: torch.Tensor) -> dict:
+    compute = torch.float32 if x.dtype in HALF else x.dtype
+    finite = x[torch.isfinite(x)]
+    amplitude = max(1.0, float(finite.abs().max())) if finite.numel() else 1.0
+    round_off = ROUND[x.dtype] * torch.finfo(x.dtype).eps
+    shift = SHIFT * torch.finfo(compute).eps * amplitude
+    if name == "softmax":
+        return {"rtol": round_off + shift, "atol": SUBNORMAL * smallest_subnormal(x.dtype)}
+    return {"rtol": round_off, "atol": shift}
+
+
+# --------------------------------------------------------------------------- the case table
+
+# values: how each row is made (see make_input). layout: "contiguous", or "transposed" (the
+# same values in a view whose last two dims are swapped in memory).
+EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
+    edge(
+        "scores of +-1e4: exp overflows without the max subtracted",
+        shape=[4, 7],
+        dim=-1,
+        values="+-1e4",
+        layout="contiguous",
+    ),
+    edge(
+        "rows 1000 apart: one max per row, not over the whole tensor",
+        shape=[6, 5],
+        dim=1,
+        values="rows apart",
+        layout="contiguous",
+    ),
+    edge(
+        "-inf among finite scores, one row all -inf (not judged)",
+        shape=[5, 6],
+        dim=-1,
+        values="-inf",
+        layout="contiguous",
+    ),
+    edge("the first dim reduced (dim=0), odd sizes", shape=[7, 3, 5], dim=0, values="plain", layout="contiguous"),
+    edge("a middle dim (dim=-2) of a transposed view", shape=[3, 5, 4], dim=-2, values="plain", layout="transposed"),
+    edge("the reduced dim of size 1", shape=[3, 1, 4], dim=1, values="plain", layout="contiguous"),
+    edge(
+        "size-1 dims around the reduced one (dim=-3)", shape=[1, 6, 1, 1], dim=-3, values="plain", layout="contiguous"
+    ),
+    edge("a single element", shape=[1], dim=0, values="plain", layout="contiguous"),
+    edge(
+        "one score 10 above the rest: half precision needs float32",
+        shape=[6, 11],
+        dim=-1,
+        values="one on top",
+        layout="contiguous",
+    ),
+)
+
+
+def hidden_cases(rng, count: int) -> list[dict]:
+    """1 to 4 dims, every size different, the reduced one up to 33 long; dim given as a
+    positive or a negative number; rows of every kind mixed (see make_input)."""
+    cases = []
+    for _ in range(count):
+        ndim = rng.choice((1, 2, 2, 3, 3, 4))
+        shape = rng.sample(range(2, 12), ndim)
+        axis = rng.randrange(ndim)
+        shape[axis] = rng.choice([n for n in range(2, 34) if n not in shape])
+        dim = axis - ndim if rng.random() < 0.5 else axis
+        layout = rng.choice(("contiguous", "transposed")) if ndim > 1 else "contiguous"
+        cases.append({"shape": shape, "dim": dim, "values": "mixed", "layout": layout})
+    return cases
+
+
+CASES = CaseTable(draw=hidden_cases, edges=EDGES, draws=3)
+
+
+def make_rows(gen, kind: str, rows: int, n: int) -> torch.Tensor:
+    """[rows, n] float64 scores, each row (one slice along the reduced dim) made by `kind`."""
+    x = randn(gen, rows, n, dtype=torch.float64)
+    if kind == "+-1e4":  # rows all near +1e4, mixed, all near -1e4, mixed
+        signs = torch.where(torch.rand(rows, n, generator=gen) < 0.5, -1.0, 1.0).double()
+        pattern = torch.tensor([1.0, 0.0, -1.0, 0.0], dtype=torch.float64)[torch.arange(rows) % 4][:, None]
+        signs = torch.where(pattern == 0, signs, pattern)
+        return 3 * x + 1e4 * signs
+    if kind == "rows apart":  # row offsets 1000 or more apart: exp(-1000) is 0 even in float64
+        offsets = torch.tensor([0.0, -1000.0, 2000.0, -2000.0, 1000.0, 3000.0], dtype=torch.float64)
+        return 3 * x + offsets[torch.arange(rows) % len(offsets)][:, None]
+    if kind == "-inf":  # about 40% -inf, first in row 0, row 1 entirely -inf, a finite score in every other row
+        blocked = torch.rand(rows, n, generator=gen) < 0.4
+        blocked[:, -1] = False
+        blocked[0, 0] = n > 1
+        if rows > 1:
+            blocked[1] = True
+        return (3 * x).masked_fill(blocked, NEG_INF)
+    if kind == "one on top":  # x - max and the sum round badly in half precision (1 + 7e-4 is 1 in bfloat16)
+        top = torch.randint(n, (rows, 1), generator=gen)
+        return x.scatter(1, top, 10 + x.gather(1, top))
+    if kind == "mixed":  # per row: a std of 0.5, 3 or 8, an offset within +-20, about 15% -inf
+        std = torch.tensor([0.5, 3.0, 8.0], dtype=torch.float64)[torch.arange(rows) % 3][:, None]
+        offset = 40 * torch.rand(rows, 1, generator=gen, dtype=torch.float64) - 20
+        blocked = torch.rand(rows, n, generator=gen) < 0.15
+        keep = torch.randint(n, (rows, 1), generator=gen)
+        blocked = blocked.scatter(1, keep, False)
+        return (std * x + offset).masked_fill(blocked, NEG_INF)
+    return 3 * x  # "plain"
+
+
+def make_input(gen, case, dtype, device="cpu") -> torch.Tensor:
+    """x of case["shape"], its rows along case["dim"] made by case["values"], in case["layout"]."""
+    shape, dim = list(case["shape"]), case["dim"]
+    n = shape[dim]
+    moved = shape[: dim % len(shape)] + shape[dim % len(shape) + 1 :]
+    rows = make_rows(gen, case["values"], max(1, torch.Size(moved).numel()), n)
+    x = rows.reshape(*moved, n).movedim(-1, dim).contiguous().to(dtype=dtype, device=device)
+    if case.get("layout") == "transposed" and x.dim() > 1:
+        x = x.transpose(-1, -2).contiguous().transpose(-1, -2)  # the same values, non-contiguous
+    return x
+
+
+# --------------------------------------------------------------------------- calls
+
+
+def copy(tensor):
+    """A copy with the same strides (a transposed view stays transposed)."""
+    if not isinstance(tensor, torch.Tensor):
+        return tensor
+    return torch.empty_strided(tensor.size(), tensor.stride(), dtype=tensor.dtype, device=tensor.device).copy_(tensor)
+
+
+def call_kata(kata, name: str, x, dim=None):
+    """(call, result) of kata.<name>(x, dim) (dim left out when None); x checked unchanged afterwards."""
+    kwargs = {} if dim is None else {"dim": dim}
+    call = call_repr(name, x, **kwargs)
+    return call, call_and_check_inputs(lambda: getattr(kata, name)(x, **kwargs), call, x=x)
+
+
+def replay(name: str, x, dim=None):
+    """The same call with another implementation, on a copy of x taken now (for the diagnosis)."""
+    x = copy(x)
+
+    def run(implementation) -> dict:
+        return {WHAT[name]: call_kata(implementation, name, copy(x), dim)[1]}
+
+    return run
+
+
+def undefined_rows(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """True on every element of a row that is entirely -inf (undefined, never judged)."""
+    return (x == NEG_INF).all(dim=dim, keepdim=True).expand(x.shape)
+
+
+def blanking(undefined: torch.Tensor):
+    """Zero the undefined rows of a result of the expected kind (any other value as it is)."""
+
+    def blank(value):
+        if isinstance(value, torch.Tensor) and value.shape == undefined.shape and not value.is_meta:
+            return value.masked_fill(undefined.to(value.device), 0)
+        return value
+
+    return blank
+
+
+def reference(name: str, x: torch.Tensor, dim: int) -> torch.Tensor:
+    return REFERENCES[name](x.double(), dim=dim).to(x.dtype)
+
+
+def check_against_pytorch(kata, name: str, x, dim=None):
+    reduced = -1 if dim is None else dim
+    want = reference(name, x, reduced)  # first: the kata may break its input
+    blank = blanking(undefined_rows(x, reduced))
+    with SPEC.diagnosing(replay(name, x, dim), {"N": x.size(reduced)}):
+        call, got = call_kata(kata, name, x, dim)
+        check_tensor_kind(got, want, call=call, what=WHAT[name])
+        assert_close(blank(got), blank(want), call=call, what=WHAT[name], tolerance=tolerance(name, x), project=blank)
+
+
+def benchmark(kata, device):
+    """(kata call, reference call) at a realistic size: attention scores of batch 8, 8 heads,
+    128 x 128 keys, float32, softmax over the keys, against F.softmax."""
+    gen = torch.Generator().manual_seed(0)
+    scores = randn(gen, 8, 8, 128, 128, device=device, std=3.0)
+    return (lambda: kata.softmax(scores, dim=-1)), (lambda: F.softmax(scores, dim=-1))
+
+
+SPEC = KataSpec(
+    kata="softmax",
+    symbol="softmax",
+    reference="F.softmax and F.log_softmax in float64",
+    forbidden=SOFTMAX,
+    also={"log_softmax": SOFTMAX},
+    tolerances={dtype: tolerance("softmax", torch.ones(1, dtype=dtype)) for dtype in (*FULL, *HALF)},
+    tolerance_note=(
+        "shown for scores up to 1 in size; A = the largest abs(x): softmax rtol 8 eps + 8 eps(compute) * A "
+        "and atol 4 subnormals (a purely relative check), "
+        "log_softmax rtol 8 eps and atol 8 eps(compute) * A (a log-sum-exp rounded at the scale of x); half "
+        "precision 2 eps (two roundings differ by one ulp at most): the solution and variants measured at most "
+        "0.22 of these in float32 and float64, 0.5 in half precision"
+    ),
+    cases=CASES,
+    benchmark=benchmark,
+)
+
+
+# --------------------------------------------------------------------------- tests
+
+
+@dtypes(*FULL)
+def test_softmax_matches_pytorch(kata, rng, gen, dtype, device):
+    for case in CASES.cases(rng):
+        with case.judged():
+            check_against_pytorch(kata, "softmax", make_input(gen, case, dtype, device), case["dim"])
+
+
+@dtypes(*HALF)
+def test_softmax_in_half_precision_is_computed_in_float32(kata, rng, gen, dtype, device):
+    for case in CASES.cases(rng):
+        with case.judged():
+            check_against_pytorch(kata, "softmax", make_input(gen, case, dtype, device), case["dim"])
+
+
+@dtypes(*FULL)
+def test_log_softmax_matches_pytorch(kata, rng, gen, dtype, device):
+    for case in CASES.cases(rng):
+        with case.judged():
+            check_against_pytorch(kata, "log_softmax", make_input(gen, case, dtype, device), case["dim"])
+
+
+@dtypes(*HALF)
+def test_log_softmax_in_half_precision_is_computed_in_float32(kata, rng, gen, dtype, device):
+    for case in CASES.cases(rng):
+        with case.judged():
+            check_against_pytorch(kata, "log_softmax", make_input(gen, case, dtype, device), case["dim"])
+
+
+def test_dim_defaults_to_the_last(kata, rng, gen):
+    for case in CASES.random(rng, 2):
+        case = case | {"dim": -1}
+        with case.judged():
+            for name in ("softmax", "log_softmax"):
+                check_against_pytorch(kata, name, make_input(gen, case, torch.float32))
+
+
+def test_gradients_flow_back_to_x_like_pytorchs(kata, rng, gen):
+    """Autograd must see every step (no .detach(), .item(), numpy or torch.no_grad())."""
+    case = CASES.random(rng)[0] | {"values": "plain"}
+    x = make_input(gen, case, torch.float64)
+    upstream = randn(gen, *x.shape, dtype=torch.float64)
+    for name in ("softmax", "log_softmax"):
+        call = f"{call_repr(name, x, dim=case['dim'])}.backward"
+
+        def gradient(implementation, name=name, call=call) -> dict:
+            mine = copy(x).requires_grad_()
+            result = getattr(implementation, name)(mine, dim=case["dim"])
+            if not isinstance(result, torch.Tensor) or not result.requires_grad:
+                raise AssertionError(f"{call}: the result does not require grad; autograd lost track of x")
+            (result * upstream).sum().backward()
+            if mine.grad is None:
+                raise AssertionError(f"{call}: no gradient reached x")
+            return {"the gradient of x": mine.grad}
+
+        twin = x.clone().requires_grad_()
+        (REFERENCES[name](twin, dim=case["dim"]) * upstream).sum().backward()
+        with SPEC.diagnosing(gradient, {"N": x.size(case["dim"])}):
+            got = gradient(kata)["the gradient of x"]
+            assert_close(got, twin.grad, call=call, what="the gradient of x")  # PyTorch's float64 defaults
+
+
+def test_an_out_of_range_dim_raises_index_error(kata, rng, gen):
+    """As PyTorch: dim must lie in [-x.dim(), x.dim()); no wrapping around."""
+    case = CASES.random(rng)[0]
+    x = make_input(gen, case, torch.float32)
+    for name in ("softmax", "log_softmax"):
+        for dim in (x.dim(), -x.dim() - 1):
+            call = call_repr(name, x, dim=dim)
+
+            def check(implementation, name=name, dim=dim, call=call) -> dict:
+                try:
+                    result = getattr(implementation, name)(x.clone(), dim=dim)
+                except IndexError:
+                    return {}
+                except (NotImplementedError, ForbiddenCallError):  # the stub, a refusal: as they are
+                    raise
+                except Exception as error:  # noqa: BLE001 - the message names what was raised instead
+                    raise AssertionError(
+                        f"{call} raised {type(error).__name__}: {error}; expected IndexError (x has {x.dim()} dims)"
+                    ) from None
+                raise AssertionError(f"{call} returned {describe(result)}; expected IndexError (x has {x.dim()} dims)")
+
+            with SPEC.diagnosing(check, {}):
+                check(kata)
+
+
+def test_results_follow_the_device_of_x(kata, rng, gen, other_device):
+    case = CASES.random(rng)[1]
+    x = make_input(gen, case, torch.float32, other_device)
+    for name in ("softmax", "log_softmax"):
+        if other_device != "meta":
+            check_against_pytorch(kata, name, x, case["dim"])
+            continue
+        want = torch.empty(x.shape, dtype=x.dtype, device="meta")  # meta: a shape and a device, no values
+        with SPEC.diagnosing(replay(name, x, case["dim"]), {}):
+            call, got = call_on_device(lambda name=name: call_kata(kata, name, x, case["dim"]), other_device)
+            check_tensor_kind(got, want, call=call, what=WHAT[name])
+
+
+def test_does_not_modify_its_input(kata, rng, gen):
+    """Every call is checked (see call_kata); here in each dtype, where a kata may convert in place."""
+    case = CASES.random(rng)[2]
+    for dtype in (*FULL, *HALF):
+        x = make_input(gen, case, dtype)
+        for name in ("softmax", "log_softmax"):
+            with SPEC.diagnosing(replay(name, x, case["dim"]), {}):
+                call_kata(kata, name, x, case["dim"])
+
+
+def test_prints_nothing(kata, gen, capfd):
+    x = randn(gen, 3, 5)
+    kata.softmax(x, dim=0)
+    kata.log_softmax(x)
+    assert_prints_nothing(capfd, "softmax(float32[3, 5], dim=0) and log_softmax(float32[3, 5])")
