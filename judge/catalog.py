@@ -7,6 +7,7 @@ difficulty (1 warm-up to 5 hard), suggested minutes, what it is judged against
 
 from __future__ import annotations
 
+import difflib
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -94,3 +95,15 @@ def kata_table(katas: list[Kata]) -> str:
     for kata in katas:
         rows.append(f"| `{kata.name}` | {kata.title} | {kata.stars} | {kata.minutes} | {kata.reference} |")
     return "\n".join(rows)
+
+
+def resolve_kata(text: str, names: list[str]) -> str:
+    """The kata a learner meant: `causal_mask`, `causal_mask.py` and `katas/causal_mask.py` all name
+    causal_mask; an unknown name is refused in one line that suggests the nearest one."""
+    stem = Path(text.strip()).name.removesuffix(".py")
+    if stem in names:
+        return stem
+    nearest = difflib.get_close_matches(stem, names, n=1, cutoff=0.6)
+    if nearest:
+        raise UsageError(f"unknown kata {text!r}: did you mean {nearest[0]}?")
+    raise UsageError(f"unknown kata {text!r}; the katas are: {', '.join(names)}")

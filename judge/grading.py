@@ -20,11 +20,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from judge.catalog import Kata, kata_names, kata_table, load_catalog
+from judge.advice import next_step, replay_line
+from judge.catalog import Kata, kata_names, kata_table, load_catalog, resolve_kata
 from judge.errors import UsageError
 from judge.history import record_check
 from judge.limits import DEFAULT, Limits
-from judge.paths import ROOT
+from judge.paths import KATAS, ROOT
 from judge.reporting import table, write_json
 from judge.scheduling import Job, default_workers, grade_all, serve, time_all
 from judge.stubs import StubError, refresh_stubs
@@ -69,9 +70,7 @@ def parse_grade_args(argv: list[str], catalog: list[Kata]) -> argparse.Namespace
         help="fork: children of a warm process (auto on Linux, ~5x faster); process: a fresh one each",
     )
     args = parser.parse_args(argv)
-    unknown = [n for n in args.kata or [] if n not in names]
-    if unknown:
-        raise UsageError(f"unknown kata {unknown[0]!r}; the katas are: {', '.join(names)}")
+    args.kata = [resolve_kata(name, names) for name in args.kata] if args.kata else None
     if args.jobs < 1 or args.time_limit <= 0 or args.test_timeout <= 0:
         raise UsageError("--jobs, --time-limit and --test-timeout must be positive")
     if args.json and not Path(args.json).resolve().parent.is_dir():
@@ -142,7 +141,11 @@ def grade_command(argv: list[str]) -> int:
         print(f"grader.py: note: the practice history was not updated ({error})", file=sys.stderr)
     shown = os.path.relpath(args.impl_dir, Path.cwd())
     colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-    print(table(results, impl=shown, seed=seed, colour=colour, timing=not args.no_timing))
+    advice = (
+        replay_line(results, seed, single=len(results) == 1),
+        next_step(results, own_katas=args.impl_dir.resolve() == KATAS.resolve()),
+    )
+    print(table(results, impl=shown, seed=seed, colour=colour, timing=not args.no_timing, advice=advice))
     if any(r.internal_error for r in results):
         return 2
     return 0 if all(r.status == "pass" for r in results) else 1

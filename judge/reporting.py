@@ -44,7 +44,10 @@ def unjudged_lines(results: list[KataResult]) -> list[str]:
     return lines
 
 
-def table(results: list[KataResult], *, impl: str, seed: int, colour: bool, timing: bool) -> str:
+def table(
+    results: list[KataResult], *, impl: str, seed: int, colour: bool, timing: bool, advice: tuple[str | None, ...] = ()
+) -> str:
+    """The grader's table; `advice`: closing lines (how to replay, what to do next), None for none."""
     width = max([len(r.name) for r in results] + [4])
     lines = [f"Grading {impl} (seed {seed})", ""]
     lines.append(
@@ -71,8 +74,7 @@ def table(results: list[KataResult], *, impl: str, seed: int, colour: bool, timi
     lines += unjudged_lines(results)
     passing = sum(r.status == Status.PASS for r in results)
     lines.append(f"Score: {total_score(results):.1f} / 100   ({passing} of {len(results)} katas pass)")
-    if passing < len(results):
-        lines.append(f"Replay these exact hidden shapes with --seed {seed}.")
+    lines += [line for line in advice if line]
     return "\n".join(lines)
 
 

@@ -7,7 +7,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
-from judge.catalog import Kata
+from judge.catalog import Kata, resolve_kata
 from judge.errors import UsageError
 from judge.protocol import KataResult
 from judge.reporting import paint, unjudged_lines
@@ -39,10 +39,8 @@ def find_kata(catalog: list[Kata], name: str | None, *, example: str) -> Kata:
     names = [k.name for k in catalog]
     if not name:
         raise UsageError(f"name the kata, e.g. {example} (the katas: {', '.join(names)})")
-    for kata in catalog:
-        if kata.name == name:
-            return kata
-    raise UsageError(f"unknown kata {name!r}; the katas are: {', '.join(names)}")
+    chosen = resolve_kata(name, names)
+    return next(kata for kata in catalog if kata.name == chosen)
 
 
 def colour_enabled(out: TextIO) -> bool:

@@ -1,0 +1,94 @@
+"""What a newcomer meets first: `make grade`/`make check` end in a next step, not a make error;
+SEED= reaches them; a kata may be named as a file; a typo gets the nearest name; the replay advice
+appears only where the hidden shapes matter, in the form the learner typed."""
+
+import subprocess
+import sys
+
+import pytest
+
+from judge.advice import next_step, replay_line
+from judge.catalog import kata_names, load_catalog, resolve_kata
+from judge.errors import UsageError
+from judge.paths import ROOT
+from judge.protocol import KataResult, Status
+from judge.stubs import make_stub
+
+NAMES = kata_names(load_catalog())
+
+
+def result(name: str, status: Status) -> KataResult:
+    return KataResult(name, status, 1.0 if status == Status.PASS else 0.0, 1, 2, "")
+
+
+@pytest.mark.parametrize("typed", ["causal_mask", "causal_mask.py", "katas/causal_mask.py", "./katas/causal_mask.py"])
+def test_a_kata_may_be_named_by_its_file(typed):
+    assert resolve_kata(typed, NAMES) == "causal_mask"
+
+
+def test_a_typo_is_answered_with_the_nearest_kata():
+    with pytest.raises(UsageError, match="did you mean causal_mask"):
+        resolve_kata("casual_mask", NAMES)
+
+
+def test_a_name_near_nothing_lists_the_katas():
+    with pytest.raises(UsageError, match="the katas are: positional_encoding"):
+        resolve_kata("zzz", NAMES)
+
+
+def test_replay_advice_only_where_the_shapes_matter(monkeypatch):
+    monkeypatch.delenv("KATAS_VIA_MAKE", raising=False)
+    for status in (Status.TODO, Status.ERROR, Status.FORBIDDEN, Status.PASS):
+        assert replay_line([result("causal_mask", status)], 7, single=True) is None
+    line = replay_line([result("causal_mask", Status.FAIL)], 7, single=True)
+    assert line == "Replay these exact hidden shapes: python grader.py --kata causal_mask --seed 7"
+
+
+def test_replay_advice_in_make_form_when_run_through_make(monkeypatch):
+    monkeypatch.setenv("KATAS_VIA_MAKE", "1")
+    one = replay_line([result("causal_mask", Status.FAIL)], 7, single=True)
+    assert one == "Replay these exact hidden shapes: make check KATA=causal_mask SEED=7"
+    many = [result("causal_mask", Status.FAIL), result("padding_mask", Status.TIMEOUT)]
+    assert replay_line(many, 7, single=False) == "Replay these exact hidden shapes: make grade SEED=7"
+
+
+def test_the_next_step_is_the_first_broken_kata_then_the_first_untouched_one(monkeypatch):
+    monkeypatch.setenv("KATAS_VIA_MAKE", "1")
+    todo_first = [result("positional_encoding", Status.TODO), result("causal_mask", Status.TODO)]
+    assert next_step(todo_first, own_katas=True) == (
+        "Next: start with katas/positional_encoding.py (fill in its TODOs), then make check KATA=positional_encoding"
+    )
+    broken = [result("positional_encoding", Status.TODO), result("causal_mask", Status.FAIL)]
+    assert next_step(broken, own_katas=True).startswith("Next: fix katas/causal_mask.py")
+    assert "make hint KATA=causal_mask" in next_step(broken, own_katas=True)
+    assert next_step(broken, own_katas=False) is None  # grading solutions/ or another folder
+    passing = [result("positional_encoding", Status.PASS), result("causal_mask", Status.PASS)]
+    assert "make mock" in next_step(passing, own_katas=True)
+
+
+def run_make(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["make", "--no-print-directory", *args, f"PYTHON={sys.executable}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.mark.timeout(300)
+def test_make_check_on_an_untouched_stub_ends_in_a_next_step_not_a_make_error(tmp_path):
+    (tmp_path / "causal_mask.py").write_text(make_stub((ROOT / "solutions" / "causal_mask.py").read_text()))
+    run = run_make("check", "KATA=katas/causal_mask.py", "SEED=7", f"ARGS=--impl {tmp_path} --no-timing")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "Error" not in run.stdout + run.stderr
+    assert "(seed 7)" in run.stdout and "todo" in run.stdout
+    assert "Replay" not in run.stdout  # a todo does not depend on the shapes
+
+
+@pytest.mark.timeout(300)
+def test_make_check_with_a_bad_kata_name_is_still_an_error():
+    run = run_make("check", "KATA=casual_mask")
+    assert run.returncode == 2
+    assert "did you mean causal_mask?" in run.stderr
