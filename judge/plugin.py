@@ -28,7 +28,7 @@ from judge.loading import KataLoadError, TorchStateChanged, load_guarded, load_k
 from judge.protocol import Begin, Collected, ErrorKind, EventWriter, Finish, Outcome, Start, TestReport, Timing
 from judge.testing.checks import MESSAGE_LIMIT, Inconclusive
 
-OUTPUT_LIMIT = 300  # characters of a failed test's captured output kept in the report
+OUTPUT_LIMIT = 300  # characters of a test's captured output kept in the report
 NO_CUDA = "CUDA is not available"
 
 
@@ -248,6 +248,9 @@ class ResultWriter:
 
     def pytest_runtest_logreport(self, report):
         outcome = self.outcomes.setdefault(report.nodeid, {"outcome": Outcome.PASSED})
+        printed = report.capstdout + report.capstderr
+        if printed and "output" not in outcome:  # what the kata printed, truncated: enough to see, never a flood
+            outcome["output"] = printed[:OUTPUT_LIMIT] + (" ..." if len(printed) > OUTPUT_LIMIT else "")
         if outcome["outcome"] != Outcome.PASSED:
             return  # the first thing that went wrong is what the learner needs
         if hasattr(report, "kata_inconclusive"):
@@ -258,9 +261,6 @@ class ResultWriter:
             )
             outcome.update(outcome=Outcome.FAILED, kind=kind, error=error, message=message)
             outcome["diagnosis"] = getattr(report, "kata_diagnosis", [])
-            printed = report.capstdout + report.capstderr
-            if printed:  # what the kata printed, truncated: enough to debug, never a flood
-                outcome["output"] = printed[:OUTPUT_LIMIT] + (" ..." if len(printed) > OUTPUT_LIMIT else "")
         elif report.skipped:
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
             outcome.update(outcome=Outcome.SKIPPED, message=reason.removeprefix("Skipped: "))

@@ -122,7 +122,7 @@ class TestReport(Event):
     kind: ErrorKind | None = None
     error: str | None = None
     message: str = ""
-    output: str | None = None  # what the kata printed during a failed test, truncated
+    output: str | None = None  # what the kata printed during the test, truncated
     diagnosis: list[str] = field(default_factory=list)  # which slip it looks like, what pattern it shows
 
 
@@ -222,7 +222,9 @@ class KataResult:
     score: the fraction of its judged tests that passed (0..1); passed/total count the
     judged tests only. unjudged: tests this machine could not judge (a CUDA test without
     CUDA, a device check without a GPU), each {"name", "reason"}; never counted.
-    diagnosis: what the first diagnosed failure looks like (a known slip, a pattern)."""
+    diagnosis: what the first diagnosed failure looks like (a known slip, a pattern).
+    printed: what the kata printed in the first test where it printed (truncated); shown with
+    advice to remove it, never counted against the kata."""
 
     name: str
     status: Status
@@ -234,6 +236,7 @@ class KataResult:
     unjudged: list[dict] = field(default_factory=list)
     diagnosis: list[str] = field(default_factory=list)
     timing: dict = field(default_factory=dict)
+    printed: str = ""
     internal_error: bool = False  # the grader, not the kata, is at fault (exit status 2)
 
     def to_json(self, *, internal: bool = False) -> dict:

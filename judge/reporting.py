@@ -27,6 +27,13 @@ def total_score(results: list[KataResult]) -> float:
     return 100.0 * sum(r.score for r in results) / len(results) if results else 0.0
 
 
+def printed_line(result: KataResult) -> str | None:
+    """A debug print is shown, never counted: interviewers notice prints left in, tests do not."""
+    if not result.printed:
+        return None
+    return f"it printed {result.printed!r}: remove debug prints before an interview (not counted against you)"
+
+
 def unjudged_lines(results: list[KataResult]) -> list[str]:
     """What this machine could not judge, one line per reason: never counted as passed."""
     by_reason: dict[str, dict[str, int]] = {}
@@ -41,6 +48,23 @@ def unjudged_lines(results: list[KataResult]) -> list[str]:
         count = sum(katas.values())
         where = ", ".join(f"{name} ({n})" for name, n in katas.items()) if len(katas) <= 3 else f"{len(katas)} katas"
         lines.append(f"Not judged here, never counted: {count} case{'s' * (count != 1)} in {where}: {reason}.")
+    return lines
+
+
+def details(r: KataResult) -> list[str]:
+    """What the table says below its rows about one kata: why it did not pass, what it printed."""
+    note = printed_line(r)
+    if r.status in (Status.PASS, Status.TODO):
+        return [f"{r.name}: {note}"] if note else []
+    lines = [f"{r.name}: {r.status}: {r.message}"]
+    lines += [f"    {line}" for line in r.diagnosis]
+    if note:
+        lines.append(f"    {note}")
+    if r.status == Status.FAIL:  # other statuses have one cause that explains every failed test
+        for failure in r.failures[1:3]:
+            lines.append(f"    also: {failure['name']}: {failure.get('message', '')}".replace("\n", "\n    "))
+        if len(r.failures) > 3:
+            lines.append(f"    ... and {len(r.failures) - 3} more")
     return lines
 
 
@@ -61,16 +85,7 @@ def table(
         )
     lines.append("")
     for r in results:
-        if r.status not in (Status.PASS, Status.TODO):
-            lines.append(f"{r.name}: {r.status}: {r.message}")
-            lines += [f"    {line}" for line in r.diagnosis]
-            if r.failures and r.failures[0].get("output"):
-                lines.append(f"    it printed: {r.failures[0]['output']!r}")
-            if r.status == Status.FAIL:  # other statuses have one cause that explains every failed test
-                for failure in r.failures[1:3]:
-                    lines.append(f"    also: {failure['name']}: {failure.get('message', '')}".replace("\n", "\n    "))
-                if len(r.failures) > 3:
-                    lines.append(f"    ... and {len(r.failures) - 3} more")
+        lines += details(r)
     lines += unjudged_lines(results)
     passing = sum(r.status == Status.PASS for r in results)
     lines.append(f"Score: {total_score(results):.1f} / 100   ({passing} of {len(results)} katas pass)")

@@ -48,8 +48,19 @@ def classify(name: str, events: list[Event], end: ProcessEnd, tail: str, limits:
         score = passed / total if total > 0 else 0.0
         records = [failure_record(f) for f in failures]
         diagnosis = most_specific([f.diagnosis for f in failures]) if status == Status.FAIL else []
+        printed = next((r.output for r in reports.values() if r.output), "") or ""
         return KataResult(
-            name, status, score, passed, total, message, records, unjudged, diagnosis, internal_error=internal
+            name,
+            status,
+            score,
+            passed,
+            total,
+            message,
+            records,
+            unjudged,
+            diagnosis,
+            printed=printed,
+            internal_error=internal,
         )
 
     def first(kind: ErrorKind) -> TestReport | None:

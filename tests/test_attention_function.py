@@ -20,7 +20,6 @@ from judge.testing.attention import case_table, relative_scale
 from judge.testing.checks import (
     assert_close,
     assert_not_modified,
-    assert_prints_nothing,
     call_on_device,
     call_repr,
     check_tensor_kind,
@@ -255,10 +254,3 @@ def test_does_not_modify_its_inputs(kata, rng, gen):
         call = apply_repr(*leaves, is_causal, scale) + " and its backward"
         for name, tensor, original in zip(("query", "key", "value", "grad_output"), [*leaves, grad_output], inputs):
             assert_not_modified(name, tensor.detach(), original, call=call)
-
-
-def test_prints_nothing(kata, gen, capfd):
-    query, key, value = (randn(gen, *shape).requires_grad_() for shape in ((2, 3), (4, 3), (4, 5)))
-    output = kata.AttentionFunction.apply(query, key, value, True, None)
-    output.backward(randn(gen, 2, 5))
-    assert_prints_nothing(capfd, "AttentionFunction.apply(...) and its backward")

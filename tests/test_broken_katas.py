@@ -21,7 +21,7 @@ EXPECTED = {  # tests/broken/<kata>/<file> -> (status, words its message must co
     "causal_mask/exits_interpreter": ("crash", "exit code 3"),
     "causal_mask/segfault": ("crash", "SIGSEGV"),
     "causal_mask/calls_sys_exit": ("fail", "SystemExit"),
-    "causal_mask/floods_output": ("fail", "printed"),
+    "causal_mask/floods_output": ("pass", "tests passed"),  # issue 15: a print is shown, never counted
     "causal_mask/floods_gigabytes": ("fail", "more than 64 MB of output"),
     "causal_mask/half_done": ("fail", "only CPU so far"),
     "causal_mask/skips_like_the_grader": ("fail", "CUDA is not available"),  # hole 1: a kata's skip is no pass
@@ -34,7 +34,7 @@ EXPECTED = {  # tests/broken/<kata>/<file> -> (status, words its message must co
         "importing changes_default_dtype_at_import.py changed",
     ),  # hole 11
     "causal_mask/allocates_absurd_tensor": ("error", "ran out of memory"),
-    "padding_mask/always_on_the_cpu": ("pass", "all 6 tests passed"),  # hole 2: see test below
+    "padding_mask/always_on_the_cpu": ("pass", "all 5 tests passed"),  # hole 2: see test below
     "scaled_dot_product_attention/calls_sdpa": ("forbidden", "F.scaled_dot_product_attention"),
     "scaled_dot_product_attention/calls_sdpa_by_alias": ("forbidden", "F.scaled_dot_product_attention"),
     "scaled_dot_product_attention/calls_aten_sdpa": ("forbidden", "scaled_dot_product_attention"),
@@ -124,9 +124,16 @@ def test_the_process_engine_gives_the_same_verdict(name, verdicts, process_verdi
 
 
 @pytest.mark.timeout(300)
+def test_a_debug_print_is_shown_truncated_and_not_counted(verdicts):
+    verdict = verdicts["causal_mask/floods_output"]
+    assert verdict.status == "pass" and verdict.passed == verdict.total, verdict
+    assert verdict.printed.startswith("debug debug") and len(verdict.printed) < 400, verdict.printed[:500]
+
+
+@pytest.mark.timeout(300)
 def test_a_device_check_this_machine_cannot_decide_is_reported_not_passed(verdicts):
     """Hole 2: on the "meta" stand-in for a GPU, a kata that reads tensor values cannot be
     judged; the check is left out of the count and listed, never passed."""
     verdict = verdicts["padding_mask/always_on_the_cpu"]
-    assert verdict.total == 6 and verdict.passed == 6, verdict
+    assert verdict.total == 5 and verdict.passed == 5, verdict
     assert [u["reason"] for u in verdict.unjudged] == [NO_GPU], verdict.unjudged

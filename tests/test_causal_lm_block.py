@@ -12,7 +12,6 @@ from torch import nn
 
 from judge.forbidden import ATTENTION
 from judge.testing import modules
-from judge.testing.checks import assert_prints_nothing
 from judge.testing.inputs import as_float_mask, causal_blocked, padding_mask, randn
 from judge.testing.modules import (
     CASES,
@@ -234,10 +233,3 @@ def test_results_follow_the_device_of_the_inputs(kata, rng, gen, other_device):
     modules.check_on_device(
         BLOCK, built, case, inputs(gen, case, device=other_device), other_device, key_padding_mask=padding
     )
-
-
-def test_prints_nothing(kata, rng, gen, capfd):
-    case = CASES.random(rng)[1]
-    built = build(kata, gen, rng, case)
-    modules.call(BLOCK, built, inputs(gen, case))
-    assert_prints_nothing(capfd, f"{built.name}(...)")

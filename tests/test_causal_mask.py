@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from judge.forbidden import CAUSAL_MASK
-from judge.testing.checks import assert_equal_mask, assert_prints_nothing, call_repr, check_tensor_kind
+from judge.testing.checks import assert_equal_mask, call_repr, check_tensor_kind
 from judge.testing.spec import CaseTable, KataSpec, edge
 
 
@@ -53,8 +53,3 @@ def test_mask_is_built_on_the_requested_device(kata, rng, device_type, other_dev
             check_tensor_kind(got, reference(n, device), call=call, what="mask")
         else:
             assert_equal_mask(got, reference(n, device), call=call)
-
-
-def test_prints_nothing(kata, capfd):
-    kata.causal_mask(5)
-    assert_prints_nothing(capfd, "causal_mask(5)")

@@ -2,6 +2,7 @@
 SEED= reaches them; a kata may be named as a file; a typo gets the nearest name; the replay advice
 appears only where the hidden shapes matter, in the form the learner typed."""
 
+import re
 import subprocess
 import sys
 
@@ -12,6 +13,7 @@ from judge.catalog import kata_names, load_catalog, resolve_kata
 from judge.errors import UsageError
 from judge.paths import ROOT
 from judge.protocol import KataResult, Status
+from judge.reporting import table
 from judge.stubs import make_stub
 
 NAMES = kata_names(load_catalog())
@@ -92,3 +94,18 @@ def test_make_check_with_a_bad_kata_name_is_still_an_error():
     run = run_make("check", "KATA=casual_mask")
     assert run.returncode == 2
     assert "did you mean causal_mask?" in run.stderr
+
+
+def test_a_debug_print_is_shown_under_the_table_but_costs_nothing():
+    printed = KataResult("causal_mask", Status.PASS, 1.0, 3, 3, "all 3 tests passed", printed="mask shape: (5, 5)\n")
+    shown = table([printed], impl="katas", seed=1, colour=False, timing=False)
+    assert "causal_mask: it printed 'mask shape: (5, 5)\\n': remove debug prints before an interview" in shown
+    assert "Score: 100.0 / 100" in shown
+
+
+def test_the_guide_for_coding_assistants_names_only_real_make_targets():
+    guide = (ROOT / "AGENTS.md").read_text(encoding="utf-8")
+    targets = set(re.findall(r"^([a-z-]+):", (ROOT / "Makefile").read_text(), flags=re.MULTILINE))
+    named = set(re.findall(r"`make ([a-z-]+)", guide))
+    assert {"check", "hint", "diff", "reset"} <= named <= targets, named - targets
+    assert "never write" in (ROOT / "CLAUDE.md").read_text(encoding="utf-8")

@@ -31,7 +31,6 @@ from judge.forbidden import ATTENTION
 from judge.testing import checks, modules
 from judge.testing.checks import (
     Mismatch,
-    assert_prints_nothing,
     assert_raises_value_error,
     call_and_check_inputs,
     call_on_device,
@@ -811,12 +810,3 @@ def test_does_not_modify_its_inputs(kata, rng, gen):
         x = sequence(gen, case, torch.float32, "cpu")
         for _ in decode(kata, model, [x], [random_chunks(rng, case)], model.module):
             pass
-
-
-def test_prints_nothing(kata, rng, gen, capfd):
-    case = CASES.random(rng)[1]
-    model = build(kata, gen, rng, case)
-    x = sequence(gen, case, torch.float32, "cpu")
-    for _ in decode(kata, model, [x], [random_chunks(rng, case)], model.module):
-        pass
-    assert_prints_nothing(capfd, f"{model.name}(x, cache)")

@@ -6,7 +6,6 @@ import torch
 from judge.testing.checks import (
     assert_equal_mask,
     assert_not_modified,
-    assert_prints_nothing,
     call_on_device,
     call_repr,
     check_tensor_kind,
@@ -122,8 +121,3 @@ def test_does_not_modify_lengths(kata, rng):
     snapshot = lengths.clone()
     kata.padding_mask(lengths)
     assert_not_modified("lengths", lengths, snapshot, call=call_repr("padding_mask", lengths))
-
-
-def test_prints_nothing(kata, capfd):
-    kata.padding_mask(torch.tensor([2, 3]))
-    assert_prints_nothing(capfd, "padding_mask(int64[2])")

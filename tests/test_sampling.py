@@ -38,7 +38,6 @@ import torch
 from judge.forbidden import NONE
 from judge.testing.checks import (
     Mismatch,
-    assert_prints_nothing,
     assert_raises_value_error,
     call_and_check_inputs,
     call_on_device,
@@ -680,10 +679,3 @@ def test_does_not_modify_its_inputs(kata, rng, gen):
 
     with SPEC.diagnosing(sample, sampling_sizes(logits, sampled)):
         call_sample(kata, logits, generator_at(seed), **sampled)
-
-
-def test_prints_nothing(kata, gen, capfd):
-    logits = randn(gen, 2, 5)
-    kata.filter_logits(logits, temperature=0.7, top_k=3, top_p=0.9)
-    kata.sample_next_token(logits, generator=generator_at(0), top_k=3)
-    assert_prints_nothing(capfd, "filter_logits(float32[2, 5], ...) and sample_next_token(float32[2, 5], ...)")

@@ -10,7 +10,7 @@ from typing import TextIO
 from judge.catalog import Kata, resolve_kata
 from judge.errors import UsageError
 from judge.protocol import KataResult
-from judge.reporting import paint, unjudged_lines
+from judge.reporting import paint, printed_line, unjudged_lines
 
 
 def stamp(moment: float) -> str:
@@ -70,10 +70,10 @@ def verdict_block(result: KataResult, *, label: str, seed: int, colour: bool, la
         kind = "first failing check" if result.status == "fail" else "why"
         lines.append(f"{indent}{kind}: " + first_failure(result).replace("\n", "\n" + indent + "  "))
         lines += [f"{indent}{line}" for line in result.diagnosis]
-        if result.failures and result.failures[0].get("output"):
-            lines.append(f"{indent}it printed: {result.failures[0]['output']!r}")
         if result.status == "fail":
             lines.append(f"{indent}(hidden shapes from seed {seed}: the same until you restart)")
+    if note := printed_line(result):
+        lines.append(f"{indent}{note}")
     if result.status in ("pass", "fail"):
         lines += [f"{indent}{line}" for line in unjudged_lines([result])]
     return lines

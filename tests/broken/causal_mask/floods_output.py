@@ -1,4 +1,5 @@
-"""Broken causal_mask: correct, but prints megabytes of debug output. Expected verdict: fail."""
+"""Broken causal_mask: correct, but prints megabytes of debug output. Expected verdict: pass (a print
+is shown with advice to remove it, never counted), and the flood does not reach the report."""
 import torch
 
 
