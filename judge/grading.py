@@ -13,7 +13,6 @@ Exit status: 0 when every graded kata passes, 1 otherwise, 2 when the grader cou
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import random
 import subprocess
@@ -22,6 +21,7 @@ from pathlib import Path
 
 from judge.advice import next_step, replay_line
 from judge.catalog import Kata, kata_names, kata_table, load_catalog, resolve_kata
+from judge.environment import require_grading_dependencies
 from judge.errors import UsageError
 from judge.history import record_check
 from judge.limits import DEFAULT, Limits
@@ -95,12 +95,6 @@ def resolve_impl(impl: str, chosen: list[str] | None, names: list[str]) -> tuple
     return path, chosen or names
 
 
-def check_dependencies() -> None:
-    missing = [m for m in ("torch", "pytest") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise UsageError(f"{sys.executable} lacks {', '.join(missing)}: run `make setup` or use `make grade`")
-
-
 def cuda_available() -> bool:
     probe = subprocess.run(
         [sys.executable, "-c", "import sys, torch; sys.exit(not torch.cuda.is_available())"], capture_output=True
@@ -115,7 +109,7 @@ def use_fork(engine: str) -> bool:
 def grade_command(argv: list[str]) -> int:
     catalog = load_catalog()
     args = parse_grade_args(argv, catalog)
-    check_dependencies()
+    require_grading_dependencies()
     if args.device == "cuda" and not cuda_available():
         raise UsageError("--device cuda: torch sees no CUDA device here (try --device cpu)")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)

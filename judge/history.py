@@ -36,6 +36,11 @@ class History:
         finally:
             os.close(fd)
 
+    def append_grade(self, result: KataResult, **fields) -> None:
+        """A verdict on the learner's code; a failure of the grader or the environment is none."""
+        if not result.internal_error:
+            self.append(grade_record(result, **fields))
+
     def read(self) -> list[dict]:
         try:
             data = self.path.read_bytes()
@@ -88,4 +93,4 @@ def record_check(
             sha = fingerprint(places.kata_file(result.name).read_bytes())
         except OSError:
             sha = None
-        log.append(grade_record(result, source=source, seed=seed, sha=sha, now=now))
+        log.append_grade(result, source=source, seed=seed, sha=sha, now=now)

@@ -441,6 +441,45 @@ def test_check_results_of_the_learners_katas_are_recorded(places, monkeypatch):
     assert (record["source"], record["kata"], record["status"]) == ("check", "causal_mask", "todo")
 
 
+def test_a_pass_inside_a_mock_is_not_credited_to_the_learners_katas(places, capsys):
+    """Issue 15, friction 5: a mock's files are fresh stubs elsewhere; katas/ may still be the stub."""
+    history = history_of(places)
+    history.append({"event": "grade", "kata": "causal_mask", "source": "check", "status": "todo", "score": 0.0})
+    history.append({"event": "grade", "kata": "causal_mask", "source": "mock", "status": "pass", "score": 1.0})
+    history.append({"event": "grade", "kata": "padding_mask", "source": "mock", "status": "pass", "score": 1.0})
+    progress.progress_command(cli.parse_args(["progress"]), places)
+    printed = capsys.readouterr().out
+    row = next(line for line in printed.splitlines() if line.startswith("causal_mask "))
+    assert row.split()[1:4] == ["0%", "1", "todo"]
+    other = next(line for line in printed.splitlines() if line.startswith("padding_mask "))
+    assert other.split()[1:3] == ["-", "0"]
+
+
+def test_a_failure_of_the_environment_is_never_an_attempt(places, monkeypatch):
+    monkeypatch.setenv("KATAS_DIR", str(places.katas))
+    monkeypatch.setenv("KATAS_STATE", str(places.state))
+    broken = KataResult("causal_mask", "error", 0.0, 0, 0, "could not collect", internal_error=True)
+    record_check([broken], places.katas, seed=1)
+    history_of(places).append_grade(broken, source="watch", seed=1, sha=None, now=1.0)
+    assert history_of(places).read() == []
+
+
+@pytest.mark.parametrize("command", ["watch", "diff --kata causal_mask", "mock"])
+def test_practice_with_a_python_that_lacks_torch_says_so_in_one_line(command, tmp_path):
+    run = subprocess.run(
+        [sys.executable, "-S", str(ROOT / "practice.py"), *command.split()],  # -S: no site-packages
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 2
+    [line] = run.stderr.strip().splitlines()
+    assert "lacks torch" in line and "make setup" in line
+    assert not (tmp_path / ".katas").exists()
+
+
 # --------------------------------------------------------------------------- command line
 
 

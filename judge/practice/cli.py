@@ -19,6 +19,7 @@ import argparse
 import math
 import sys
 
+from judge.environment import require_grading_dependencies
 from judge.errors import UsageError
 from judge.places import Places
 from judge.practice.diff import diff_command
@@ -129,6 +130,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+GRADING_COMMANDS = ("watch", "diff", "mock")
 COMMANDS = {
     "watch": watch_command,
     "hint": hint_command,
@@ -142,6 +144,8 @@ COMMANDS = {
 def main(argv: list[str]) -> int:
     try:
         args = parse_args(argv)
+        if args.command in GRADING_COMMANDS:
+            require_grading_dependencies()
         return COMMANDS[args.command](args, Places.default())
     except UsageError as error:
         print(f"practice.py: error: {error}", file=sys.stderr)

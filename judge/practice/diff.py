@@ -12,7 +12,7 @@ from typing import TextIO
 from judge.catalog import load_catalog
 from judge.engines import ProcessEngine
 from judge.errors import UsageError
-from judge.history import grade_record, history_of
+from judge.history import history_of
 from judge.places import Places, fingerprint, shown
 from judge.practice.common import colour_enabled, find_kata, verdict_block
 from judge.stubs import solution_text, without_markers
@@ -63,8 +63,8 @@ def diff_command(
     engine = engine or ProcessEngine(device=args.device)
     print(f"\nGrading your {kata.name} (seed {seed})...", file=out, flush=True)
     result = engine.grade(kata.name, target, seed)
-    history_of(places).append(
-        grade_record(result, source="diff", seed=seed, sha=fingerprint(target.read_bytes()), now=time.time())
+    history_of(places).append_grade(
+        result, source="diff", seed=seed, sha=fingerprint(target.read_bytes()), now=time.time()
     )
     for line in verdict_block(result, label=kata.name, seed=seed, colour=colour_enabled(out), latency=None):
         print(line, file=out)

@@ -30,7 +30,10 @@ def sparkline(scores: list[float]) -> str:
 def progress_rows(records: list[dict], catalog: list[Kata], hints: dict[str, int]) -> list[dict]:
     rows = []
     for kata in catalog:
-        grades = [r for r in records if r.get("event") == "grade" and r.get("kata") == kata.name]
+        # Your katas/ files only: a mock's files are fresh stubs in a folder of their own.
+        grades = [
+            r for r in records if r.get("event") == "grade" and r.get("kata") == kata.name and r.get("source") != "mock"
+        ]
         solves = [
             k.get("solve_s")
             for r in records
@@ -90,7 +93,8 @@ def progress_text(records: list[dict], catalog: list[Kata], hints: dict[str, int
     else:
         lines.append("No mock interview yet: make mock")
     lines.append(
-        "best: the highest score graded; attempts: versions of the file graded; trend: recent scores, oldest first."
+        "best: the highest score graded; attempts: versions of the file graded; trend: recent scores, oldest first;"
+        " all from your katas/ files (a mock interview counts only in 'fastest mock')."
     )
     return "\n".join(lines)
 

@@ -15,7 +15,7 @@ from typing import TextIO
 from judge.catalog import load_catalog
 from judge.engines import ProcessEngine, make_engine
 from judge.errors import UsageError
-from judge.history import History, grade_record, history_of
+from judge.history import History, history_of
 from judge.places import Places, fingerprint, shown
 from judge.practice.common import colour_enabled, find_kata, verdict_block
 from judge.protocol import KataResult
@@ -113,10 +113,8 @@ class Watcher:
         self.say(
             *verdict_block(result, label=f"[{stamp_text}] {name}", seed=self.seed, colour=self.colour, latency=latency)
         )
-        self.history.append(
-            grade_record(
-                result, source=self.source, seed=self.seed, sha=seen.sha if seen else None, now=self.now(), **self.extra
-            )
+        self.history.append_grade(
+            result, source=self.source, seed=self.seed, sha=seen.sha if seen else None, now=self.now(), **self.extra
         )
         self.on_verdict(result)  # before timing: the verdict is what counts
         if result.status == "pass" and self.timing:
