@@ -48,5 +48,7 @@ def next_step(results: list[KataResult], *, own_katas: bool) -> str | None:
         name = todo[0].name
         return f"Next: start with katas/{name}.py (fill in its TODOs), then {check_command(name)}"
     if len(results) > 1:
-        return "Next: every kata passes. Rehearse under a clock: " + ("make mock" if via_make() else "python practice.py mock")
+        return "Next: every kata passes. Rehearse under a clock: " + (
+            "make mock" if via_make() else "python practice.py mock"
+        )
     return None

@@ -27,6 +27,7 @@ from judge.forbidden import ForbiddenCallError
 from judge.loading import KataLoadError, TorchStateChanged, load_guarded, load_kata, restore_torch_state, torch_state
 from judge.protocol import Begin, Collected, ErrorKind, EventWriter, Finish, Outcome, Start, TestReport, Timing
 from judge.testing.checks import MESSAGE_LIMIT, Inconclusive
+from judge.timing import TIMING_THREADS
 
 OUTPUT_LIMIT = 300  # characters of a test's captured output kept in the report
 NO_CUDA = "CUDA is not available"
@@ -50,6 +51,9 @@ def pytest_addoption(parser):
         "--kata-timing", action="store_true", help="(grader) time the kata against its reference; run no test"
     )
     group.addoption("--timing-rounds", type=int, default=9, help="(grader) interleaved timing rounds")
+    group.addoption(
+        "--timing-threads", type=int, default=TIMING_THREADS, help="(grader) CPU threads for both sides of a timing"
+    )
 
 
 def apply_limits(config) -> None:
@@ -293,6 +297,12 @@ def pytest_runtestloop(session):
     restore_torch_state(config.torch_baseline, when=f"importing {spec.kata}")
     choice = config.getoption("device")
     devices = ["cuda"] if choice == "cuda" else ["cpu"] + (["cuda"] if choice == "auto" and cuda_usable(config) else [])
-    timing = measure(spec.benchmark, module, devices, rounds=config.getoption("timing_rounds"))
+    timing = measure(
+        spec.benchmark,
+        module,
+        devices,
+        rounds=config.getoption("timing_rounds"),
+        threads=config.getoption("timing_threads"),
+    )
     writer.events.write(Timing(timing=timing))
     return True

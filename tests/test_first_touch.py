@@ -15,6 +15,7 @@ from judge.paths import ROOT
 from judge.protocol import KataResult, Status
 from judge.reporting import table
 from judge.stubs import make_stub
+from judge.timing import format_timing
 
 NAMES = kata_names(load_catalog())
 
@@ -109,3 +110,12 @@ def test_the_guide_for_coding_assistants_names_only_real_make_targets():
     named = set(re.findall(r"`make ([a-z-]+)", guide))
     assert {"check", "hint", "diff", "reset"} <= named <= targets, named - targets
     assert "never write" in (ROOT / "CLAUDE.md").read_text(encoding="utf-8")
+
+
+def test_a_timing_whose_rounds_disagree_is_called_unreliable_not_shown_as_a_ratio():
+    steady = {"median_s": 2e-3, "reference_median_s": 1e-3, "ratio": 2.0, "ratio_low": 1.9, "ratio_high": 2.1}
+    steady |= {"spread": 0.1, "reliable": True, "threads": 1}
+    assert format_timing({"cpu": steady}) == "cpu 2.00x (2 ms vs 1 ms, 1 thread)"
+    busy = steady | {"ratio_low": 1.2, "ratio_high": 6.5, "spread": 4.4, "reliable": False}
+    shown = format_timing({"cpu": busy})
+    assert "machine busy, timing unreliable" in shown and "1.20x to 6.50x" in shown and "2.00x" not in shown

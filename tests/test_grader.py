@@ -49,7 +49,9 @@ def test_json_report_and_exit_status_for_solutions(tmp_path):
         cpu = kata["timing"]["cpu"]
         assert cpu["median_s"] > 0 and cpu["reference_median_s"] > 0
         assert cpu["ratio"] > 0  # the median of per-round ratios, near median_s / reference_median_s
-    assert "causal_mask" in run.stdout and "pass" in run.stdout and "x (" in run.stdout
+        assert cpu["threads"] == 1 and cpu["ratio_low"] <= cpu["ratio"] <= cpu["ratio_high"] and "reliable" in cpu
+    assert "causal_mask" in run.stdout and "pass" in run.stdout
+    assert "x (" in run.stdout or "timing unreliable" in run.stdout  # a busy machine is said to be busy
 
 
 @pytest.mark.timeout(300)
