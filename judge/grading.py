@@ -28,6 +28,7 @@ from judge.limits import DEFAULT, Limits
 from judge.paths import KATAS, ROOT
 from judge.reporting import table, write_json
 from judge.scheduling import Job, default_workers, grade_all, serve, time_all
+from judge.status_line import StatusLine
 from judge.stubs import StubError, refresh_stubs
 
 
@@ -117,16 +118,26 @@ def grade_command(argv: list[str]) -> int:
     paths = {name: args.impl_dir / f"{name}.py" for name in args.names}
     fork = use_fork(args.engine)
     jobs = [Job(name, path) for name, path in paths.items()]
-    results = grade_all(
-        jobs, seed=seed, device=args.device, limits=limits, workers=min(args.jobs, len(jobs)), fork=fork
-    )
-    if not args.no_timing:
-        try:
-            time_all(results, paths, device=args.device, limits=limits, fork=fork)
-        except OSError as error:  # timing is extra: the verdicts stand without it
-            for result in results:
-                if result.status == "pass" and not result.timing:
-                    result.timing = {"error": f"timing failed: {error}"}
+    status = StatusLine(sys.stderr, len(jobs), enabled=sys.stderr.isatty())
+    try:
+        results = grade_all(
+            jobs,
+            seed=seed,
+            device=args.device,
+            limits=limits,
+            workers=min(args.jobs, len(jobs)),
+            fork=fork,
+            progress=status,
+        )
+        if not args.no_timing:
+            try:
+                time_all(results, paths, device=args.device, limits=limits, fork=fork, progress=status)
+            except OSError as error:  # timing is extra: the verdicts stand without it
+                for result in results:
+                    if result.status == "pass" and not result.timing:
+                        result.timing = {"error": f"timing failed: {error}"}
+    finally:
+        status.clear()
     if args.json:  # first, so a reader gets the verdicts whatever happens to the terminal
         write_json(args.json, results, seed)
     try:  # a convenience: it never fails a grade

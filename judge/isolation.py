@@ -29,11 +29,13 @@ TAIL_CHARS = 400  # characters of a dead process's output shown in its message
 class ProcessEnd:
     """How a kata process ended. returncode: None when the grader killed it.
     timed_out: past the wall-clock limit. overran: the nodeid of the test that ran past the
-    per-test limit, when that is why it was killed."""
+    per-test limit, when that is why it was killed. importing: the kata file whose import was
+    running when the process was killed (its top-level code hung), else None."""
 
     returncode: int | None
     timed_out: bool = False
     overran: str | None = None
+    importing: str | None = None
 
 
 def supervise(pid: int, *, time_limit: float, test_timeout: float | None, events: Path | None) -> ProcessEnd:
@@ -44,6 +46,7 @@ def supervise(pid: int, *, time_limit: float, test_timeout: float | None, events
     deadline = time.monotonic() + time_limit
     tail = EventTail(events) if events is not None and test_timeout else None
     running: tuple[str, float] | None = None  # (nodeid, when the grader saw it begin)
+    importing: str | None = None
     timed_out, overran, pause = False, None, 0.002
     try:
         while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
@@ -54,7 +57,7 @@ def supervise(pid: int, *, time_limit: float, test_timeout: float | None, events
             if tail is not None:
                 for event in tail.new_events():
                     if isinstance(event, Begin):
-                        running = (event.nodeid, now)
+                        running, importing = (event.nodeid, now), event.importing
                     elif isinstance(event, TestReport) and running and running[0] == event.nodeid:
                         running = None
                 if running and now - running[1] > test_timeout:
@@ -66,7 +69,9 @@ def supervise(pid: int, *, time_limit: float, test_timeout: float | None, events
         kill_group(pid)
     _, status = os.waitpid(pid, 0)
     killed = timed_out or overran is not None
-    return ProcessEnd(None if killed else os.waitstatus_to_exitcode(status), timed_out, overran)
+    return ProcessEnd(
+        None if killed else os.waitstatus_to_exitcode(status), timed_out, overran, importing if killed else None
+    )
 
 
 def kill_group(pid: int) -> None:

@@ -123,7 +123,13 @@ def kata(request):
     refused, torch's state checked after the import, its public symbol guarded."""
     spec = request.module.SPEC
     path = impl_path(request.config, spec.kata)
-    return load_guarded(path, spec.guarded_symbols, spec.kata, request.config.torch_baseline)
+    writer = request.config.pluginmanager.get_plugin("kata-results")
+    if writer is not None:  # the grader's clock: a hang here is the file's top-level code
+        writer.events.write(Begin(nodeid=writer.running, importing=path.name))
+    kata = load_guarded(path, spec.guarded_symbols, spec.kata, request.config.torch_baseline)
+    if writer is not None:
+        writer.events.write(Begin(nodeid=writer.running))
+    return kata
 
 
 @pytest.fixture(autouse=True)
@@ -240,6 +246,7 @@ class ResultWriter:
         self.config = config
         self.names: dict[str, str] = {}
         self.outcomes: dict[str, dict] = {}
+        self.running = ""  # the nodeid of the test now running
         self.events.write(Start(seed=config.kata_seed, pid=os.getpid()))
 
     def pytest_collection_finish(self, session):
@@ -248,6 +255,7 @@ class ResultWriter:
         self.events.write(Collected(tests=self.names, unavailable=unavailable))
 
     def pytest_runtest_logstart(self, nodeid, location):
+        self.running = nodeid  # the test whose setup may import the kata (see the kata fixture)
         self.events.write(Begin(nodeid=nodeid))
 
     def pytest_runtest_logreport(self, report):

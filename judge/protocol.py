@@ -104,10 +104,13 @@ class Collected(Event):
 
 @dataclass
 class Begin(Event):
-    """A test starts: the grader's per-test clock starts when it sees this."""
+    """A test starts: the grader's per-test clock starts when it sees this. `importing`: the kata
+    file being imported for this test (its top-level code runs); a Begin without it follows the
+    import, and restarts the clock for the test itself."""
 
     tag: ClassVar[str] = "begin"
     nodeid: str
+    importing: str | None = None
 
 
 @dataclass

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,8 +123,19 @@ def serve(device: str, limits: Limits, requests, answers) -> None:
         answers.flush()
 
 
-def grade_all(jobs: list[Job], *, seed: int, device: str, limits: Limits, workers: int, fork: bool) -> list[KataResult]:
-    """Grade the jobs, `workers` at a time, results in the jobs' order."""
+def grade_all(
+    jobs: list[Job],
+    *,
+    seed: int,
+    device: str,
+    limits: Limits,
+    workers: int,
+    fork: bool,
+    progress: Callable[[str, str], None] | None = None,
+) -> list[KataResult]:
+    """Grade the jobs, `workers` at a time, results in the jobs' order. progress(event, name) is
+    told "start" and "done" for each kata, from the worker threads (one at a time)."""
+    tell = _serialised(progress)
     threads = 1 if workers > 1 else None  # parallel processes: one thread each, no oversubscription
     pending = list(enumerate(jobs))
     results: dict[int, KataResult] = {}
@@ -136,17 +148,23 @@ def grade_all(jobs: list[Job], *, seed: int, device: str, limits: Limits, worker
     def work() -> None:
         server = _start(device, limits, threads) if fork else None
         fresh = ProcessEngine(device=device, limits=limits, threads=threads)
+
+        def grade_one(job: Job) -> KataResult:
+            nonlocal server
+            if server is not None:
+                try:
+                    return server.grade(job, seed)
+                except (ServerGone, ValueError, KeyError, TypeError):
+                    server.close()
+                    server = None
+            return fresh.grade(job.name, job.path, seed, first_failure=job.first_failure)
+
         try:
             while (item := next_job()) is not None:
                 index, job = item
-                if server is not None:
-                    try:
-                        results[index] = server.grade(job, seed)
-                        continue
-                    except (ServerGone, ValueError, KeyError, TypeError):
-                        server.close()
-                        server = None
-                results[index] = fresh.grade(job.name, job.path, seed, first_failure=job.first_failure)
+                tell("start", job.name)
+                results[index] = grade_one(job)
+                tell("done", job.name)
         finally:
             if server is not None:
                 server.close()
@@ -157,14 +175,25 @@ def grade_all(jobs: list[Job], *, seed: int, device: str, limits: Limits, worker
     return [results[index] for index in range(len(jobs))]
 
 
-def time_all(results: list[KataResult], paths: dict[str, Path], *, device: str, limits: Limits, fork: bool) -> None:
-    """Time each passing kata against its reference, one at a time, each in a process of its own."""
+def time_all(
+    results: list[KataResult],
+    paths: dict[str, Path],
+    *,
+    device: str,
+    limits: Limits,
+    fork: bool,
+    progress: Callable[[str, str], None] | None = None,
+) -> None:
+    """Time each passing kata against its reference, one at a time, each in a process of its own.
+    progress(event, name) is told "timing" as each one starts."""
     server = _start(device, limits, None) if fork else None
     fresh = ProcessEngine(device=device, limits=limits)
     try:
         for result in results:
             if result.status != Status.PASS:
                 continue
+            if progress is not None:
+                progress("timing", result.name)
             if server is not None:
                 try:
                     server.time(result, paths[result.name])
@@ -176,6 +205,17 @@ def time_all(results: list[KataResult], paths: dict[str, Path], *, device: str, 
     finally:
         if server is not None:
             server.close()
+
+
+def _serialised(progress: Callable[[str, str], None] | None) -> Callable[[str, str], None]:
+    lock = threading.Lock()
+
+    def tell(event: str, name: str) -> None:
+        if progress is not None:
+            with lock:
+                progress(event, name)
+
+    return tell
 
 
 def _start(device: str, limits: Limits, threads: int | None) -> Server | None:

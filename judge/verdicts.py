@@ -68,6 +68,13 @@ def classify(name: str, events: list[Event], end: ProcessEnd, tail: str, limits:
 
     running = next((tests[nodeid] for nodeid in tests if nodeid not in reports), None)
     during = f" during '{running}'" if running else ""
+    if end.importing:
+        limit = f"the per-test limit of {limits.test_timeout:g} s" if end.overran else f"{limits.time_limit:g} s"
+        return result(
+            Status.TIMEOUT,
+            f"importing {end.importing} did not finish within {limit}: an endless loop (or a long computation) "
+            "at the top level of the file, outside any function?",
+        )
     if end.timed_out:
         return result(
             Status.TIMEOUT,

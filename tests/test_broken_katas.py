@@ -18,6 +18,7 @@ EXPECTED = {  # tests/broken/<kata>/<file> -> (status, words its message must co
     "causal_mask/missing_symbol": ("error", "defines no `causal_mask`"),
     "causal_mask/endless_loop": ("timeout", "per-test limit of 3 s"),
     "causal_mask/ignores_the_alarm": ("timeout", "per-test limit of 3 s"),  # hole 13: limit held from outside
+    "causal_mask/hangs_at_import": ("timeout", "importing hangs_at_import.py did not finish"),
     "causal_mask/exits_interpreter": ("crash", "exit code 3"),
     "causal_mask/segfault": ("crash", "SIGSEGV"),
     "causal_mask/calls_sys_exit": ("fail", "SystemExit"),
@@ -52,12 +53,17 @@ EXPECTED = {  # tests/broken/<kata>/<file> -> (status, words its message must co
     "attention_backward/softmax_backward_kernel": ("forbidden", "_softmax_backward_data"),  # hole 9
     "attention_function/backward_calls_autograd": ("forbidden", "autograd"),  # hole 3
 }
-SHORT = ("causal_mask/endless_loop", "causal_mask/ignores_the_alarm")  # graded with a 3 s per-test limit
+SHORT = (
+    "causal_mask/endless_loop",
+    "causal_mask/ignores_the_alarm",
+    "causal_mask/hangs_at_import",
+)  # graded with a 3 s per-test limit
 # Also graded by the process engine, which must agree: every way a process can end.
 BOTH_ENGINES = (
     "causal_mask/syntax_error",
     "causal_mask/endless_loop",
     "causal_mask/ignores_the_alarm",
+    "causal_mask/hangs_at_import",
     "causal_mask/exits_interpreter",
     "causal_mask/segfault",
     "causal_mask/skips_like_the_grader",

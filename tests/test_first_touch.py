@@ -2,6 +2,7 @@
 SEED= reaches them; a kata may be named as a file; a typo gets the nearest name; the replay advice
 appears only where the hidden shapes matter, in the form the learner typed."""
 
+import io
 import re
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from judge.errors import UsageError
 from judge.paths import ROOT
 from judge.protocol import KataResult, Status
 from judge.reporting import table
+from judge.status_line import StatusLine
 from judge.stubs import make_stub
 from judge.timing import format_timing
 
@@ -119,3 +121,20 @@ def test_a_timing_whose_rounds_disagree_is_called_unreliable_not_shown_as_a_rati
     busy = steady | {"ratio_low": 1.2, "ratio_high": 6.5, "spread": 4.4, "reliable": False}
     shown = format_timing({"cpu": busy})
     assert "machine busy, timing unreliable" in shown and "1.20x to 6.50x" in shown and "2.00x" not in shown
+
+
+def test_the_status_line_names_what_runs_and_erases_itself():
+    stream = io.StringIO()
+    line = StatusLine(stream, 2, enabled=True)
+    line("start", "causal_mask")
+    line("done", "causal_mask")
+    line("timing", "causal_mask")
+    line.clear()
+    text = stream.getvalue()
+    assert "grading causal_mask (0 of 2 done)" in text and "(1 of 2 done)" in text
+    assert "timing causal_mask against PyTorch" in text and text.endswith("\r\033[K")
+    quiet = io.StringIO()
+    off = StatusLine(quiet, 1, enabled=False)
+    off("start", "causal_mask")
+    off.clear()
+    assert quiet.getvalue() == ""  # not a terminal: the table alone
