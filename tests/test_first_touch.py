@@ -138,3 +138,20 @@ def test_the_status_line_names_what_runs_and_erases_itself():
     off("start", "causal_mask")
     off.clear()
     assert quiet.getvalue() == ""  # not a terminal: the table alone
+
+
+def readme_shape(name: str) -> dict:
+    text = (ROOT / name).read_text(encoding="utf-8")
+    return {
+        "headings": [len(line.split()[0]) for line in text.splitlines() if re.match(r"#{1,4} ", line)],
+        "make targets": sorted(set(re.findall(r"`make ([a-z]+)", text))),
+        "code blocks": text.count("```"),
+        "katas in tables": sorted(re.findall(r"^\| `([a-z_0-9]+)` \|", text, flags=re.MULTILINE)),
+    }
+
+
+def test_the_chinese_readme_has_the_english_ones_structure():
+    """Issue 15, friction 11: the same sections, commands, examples and katas in both languages."""
+    english, chinese = readme_shape("README.md"), readme_shape("README.zh-CN.md")
+    for what in english:
+        assert chinese[what] == english[what], f"README.zh-CN.md drifted from README.md: {what}"
