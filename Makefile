@@ -49,7 +49,7 @@ check: $(SETUP) ## grade one kata: make check KATA=causal_mask [SEED=n]
 	@$(GRADER) --kata "$(KATA)" $(SEED_ARG) $(ARGS) || { status=$$?; test $$status -eq 1 || exit $$status; }
 
 test: $(SETUP) ## run the whole test suite: solutions pass, stubs are todo, mutants are rejected
-	@$(PYTHON) -m pytest tests --impl solutions $(ARGS)
+	@KATAS_LANG=en $(PYTHON) -m pytest tests --impl solutions $(ARGS)
 
 stubs: $(SETUP) ## (maintainers) regenerate katas/ from solutions/ where the stub is untouched
 	@$(PYTHON) grader.py stubs --write

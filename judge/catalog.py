@@ -2,7 +2,9 @@
 
 Each [[kata]] has a name (the file name under katas/ and solutions/), a title, a
 difficulty (1 warm-up to 5 hard), suggested minutes, what it is judged against
-(`reference`, shown in the README) and hints (a nudge, an approach, a near-answer).
+(`reference`, shown in the README) and hints (a nudge, an approach, a near-answer); and the
+same title and hints in Chinese (`title_zh`, `hints_zh`), shown when the learner's language is
+Chinese (judge.language).
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from judge.errors import UsageError
+from judge.language import language, pick
 from judge.paths import INFO, SOLUTIONS
 
 NAME = re.compile(r"[a-z][a-z0-9_]*")
 FIELDS = {"name": str, "title": str, "difficulty": int, "minutes": int, "reference": str, "hints": list}
+OPTIONAL = {"title_zh": str, "hints_zh": list}
 
 
 class CatalogError(UsageError):
@@ -32,6 +36,18 @@ class Kata:
     minutes: int
     reference: str
     hints: list[str] = field(default_factory=list)
+    title_zh: str | None = None
+    hints_zh: list[str] | None = None
+
+    @property
+    def shown_title(self) -> str:
+        """The title in the learner's language."""
+        return pick(self.title, self.title_zh)
+
+    @property
+    def shown_hints(self) -> list[str]:
+        """The hints in the learner's language."""
+        return self.hints_zh if self.hints_zh and language() == "zh" else self.hints
 
     @property
     def stars(self) -> str:
@@ -62,7 +78,7 @@ def load_catalog(path: Path = INFO, solutions: Path = SOLUTIONS) -> list[Kata]:
 
 
 def _kata(entry: dict, where: str, solutions: Path) -> Kata:
-    unknown = sorted(set(entry) - set(FIELDS))
+    unknown = sorted(set(entry) - set(FIELDS) - set(OPTIONAL))
     if unknown:
         raise CatalogError(f"{where}: unknown field {unknown[0]!r} (the fields: {', '.join(FIELDS)})")
     for key, kind in FIELDS.items():
@@ -80,6 +96,14 @@ def _kata(entry: dict, where: str, solutions: Path) -> Kata:
         raise CatalogError(f"{where}: minutes must be at least 1, got {entry['minutes']}")
     if not all(isinstance(hint, str) and hint.strip() for hint in entry["hints"]):
         raise CatalogError(f"{where}: hints must be non-empty strings")
+    for key, kind in OPTIONAL.items():
+        if key in entry and not isinstance(entry[key], kind):
+            raise CatalogError(f"{where}: {key} must be a {kind.__name__}, got {entry[key]!r}")
+    if "hints_zh" in entry and (
+        len(entry["hints_zh"]) != len(entry["hints"])
+        or not all(isinstance(hint, str) and hint.strip() for hint in entry["hints_zh"])
+    ):
+        raise CatalogError(f"{where}: hints_zh must translate each of the {len(entry['hints'])} hints")
     if not (solutions / f"{name}.py").is_file():
         raise CatalogError(f"{where}: no solutions/{name}.py")
     return Kata(**entry)

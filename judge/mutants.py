@@ -48,6 +48,7 @@ class Mutant:
     expect: str = "fail"
     edits: tuple[Edit, ...] = ()
     file: str | None = None
+    why_zh: str | None = None  # the same sentence in Chinese, shown when the learner reads Chinese
 
     @property
     def id(self) -> str:
@@ -90,7 +91,7 @@ def load_mutants(kata: str, mutants: Path = MUTANTS) -> list[Mutant]:
     found: list[Mutant] = []
     for number, entry in enumerate(entries, 1):
         where = f"{path.name}, mutant #{number}"
-        unknown = sorted(set(entry) - {"name", "why", "expect", "edit", "file"})
+        unknown = sorted(set(entry) - {"name", "why", "why_zh", "expect", "edit", "file"})
         if unknown:
             raise MutantError(f"{where}: unknown field {unknown[0]!r}")
         name, why = entry.get("name"), entry.get("why")
@@ -112,7 +113,10 @@ def load_mutants(kata: str, mutants: Path = MUTANTS) -> list[Mutant]:
             raise MutantError(f"{where} ({name}): an edit must change something")
         if any(m.name == name for m in found):
             raise MutantError(f"{where}: mutant {name!r} is listed twice")
-        found.append(Mutant(kata, name, why.strip(), expect, edits, entry.get("file")))
+        why_zh = entry.get("why_zh")
+        if why_zh is not None and (not isinstance(why_zh, str) or not why_zh.strip()):
+            raise MutantError(f"{where} ({name}): why_zh, when given, must be a non-empty string")
+        found.append(Mutant(kata, name, why.strip(), expect, edits, entry.get("file"), why_zh and why_zh.strip()))
     return found
 
 

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 import torch
 
 from judge.forbidden import ForbiddenCallError
+from judge.language import pick
 from judge.loading import KataLoadError, TorchStateChanged
 from judge.mutants import MutantError, load_mutants
 from judge.protocol import SEVERAL, SINGLE
@@ -104,7 +105,7 @@ def slips(kata: str) -> tuple[tuple[str, types.ModuleType], ...]:
             exec(compile(mutant.source(), module.__file__, "exec"), module.__dict__)  # noqa: S102 - our own mutants
         except (MutantError, Exception):  # noqa: BLE001 - a slip that does not load is no candidate
             continue
-        found.append((mutant.why, module))
+        found.append((pick(mutant.why, mutant.why_zh), module))
     return tuple(found)
 
 

@@ -1,0 +1,38 @@
+"""The learner's language: English or Chinese (简体中文), for the prose the tools print.
+
+KATAS_LANG=zh or en chooses; without it the system locale decides (LC_ALL, LC_MESSAGES, LANG
+starting with "zh" mean Chinese). Texts are written in English in the code, wrapped in
+tr("template {name}", name=...); judge/texts_zh.py holds their Chinese templates, and a test
+proves every template the code uses has one with the same placeholders. What quotes code,
+shapes and numbers is left as it is."""
+
+from __future__ import annotations
+
+import os
+
+LANGUAGES = ("en", "zh")
+
+
+def language() -> str:
+    chosen = os.environ.get("KATAS_LANG", "").strip().lower()
+    if chosen in LANGUAGES:
+        return chosen
+    for variable in ("LC_ALL", "LC_MESSAGES", "LANG"):
+        value = os.environ.get(variable, "")
+        if value:
+            return "zh" if value.lower().startswith("zh") else "en"
+    return "en"
+
+
+def tr(template: str, /, **values) -> str:
+    """`template` in the learner's language, filled in with `values`."""
+    if language() == "zh":
+        from judge.texts_zh import ZH
+
+        template = ZH.get(template, template)
+    return template.format(**values) if values else template
+
+
+def pick(english: str, chinese: str | None) -> str:
+    """A text that has both versions (a kata's title, a slip's why): the learner's one."""
+    return chinese if chinese and language() == "zh" else english
