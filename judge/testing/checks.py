@@ -189,7 +189,12 @@ NO_GPU = "device handling not checked without a GPU: the kata reads tensor value
 # What a kata sees on the "meta" device when it reads tensor values in Python (.tolist(),
 # .item(), int(t)) or needs them to know a shape (boolean-mask indexing, which calls
 # torch.nonzero): correct code on a real GPU, so such a device check is inconclusive.
-META_DATA_ERRORS = ("Cannot copy out of meta tensor", "cannot be called on meta tensors", "torch.nonzero")
+META_DATA_ERRORS = (
+    "Cannot copy out of meta tensor",
+    "cannot be called on meta tensors",
+    "torch.nonzero",
+    "attempted to run this operator with Meta tensors",  # an aten op with no meta kernel (bincount)
+)
 
 
 def call_on_device(fn, device):
