@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from judge.language import tr
 from judge.protocol import KataResult, Status
 
 # Statuses whose cause may depend on the hidden shapes: replaying the seed can reproduce them.
@@ -27,9 +28,9 @@ def replay_line(results: list[KataResult], seed: int, *, single: bool) -> str | 
     if not shaped:
         return None
     if single or len(shaped) == 1:
-        return f"Replay these exact hidden shapes: {check_command(shaped[0].name, seed)}"
+        return tr("Replay these exact hidden shapes: {command}", command=check_command(shaped[0].name, seed))
     command = f"make grade SEED={seed}" if via_make() else f"python grader.py --seed {seed}"
-    return f"Replay these exact hidden shapes: {command}"
+    return tr("Replay these exact hidden shapes: {command}", command=command)
 
 
 def next_step(results: list[KataResult], *, own_katas: bool) -> str | None:
@@ -42,13 +43,21 @@ def next_step(results: list[KataResult], *, own_katas: bool) -> str | None:
         name = broken[0].name
         hint = "make hint" if via_make() else "python practice.py hint --kata"
         hint = f"{hint} KATA={name}" if via_make() else f"{hint} {name}"
-        return f"Next: fix katas/{name}.py (see above), then {check_command(name)}; stuck? {hint}"
+        return tr(
+            "Next: fix katas/{name}.py (see above), then {check}; stuck? {hint}",
+            name=name,
+            check=check_command(name),
+            hint=hint,
+        )
     todo = [r for r in results if r.status == Status.TODO]
     if todo:
         name = todo[0].name
-        return f"Next: start with katas/{name}.py (fill in its TODOs), then {check_command(name)}"
+        return tr(
+            "Next: start with katas/{name}.py (fill in its TODOs), then {check}", name=name, check=check_command(name)
+        )
     if len(results) > 1:
-        return "Next: every kata passes. Rehearse under a clock: " + (
-            "make mock" if via_make() else "python practice.py mock"
+        return tr(
+            "Next: every kata passes. Rehearse under a clock: {command}",
+            command="make mock" if via_make() else "python practice.py mock",
         )
     return None

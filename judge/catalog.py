@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from judge.errors import UsageError
-from judge.language import language, pick
+from judge.language import language, pick, tr
 from judge.paths import INFO, SOLUTIONS
 
 NAME = re.compile(r"[a-z][a-z0-9_]*")
 FIELDS = {"name": str, "title": str, "difficulty": int, "minutes": int, "reference": str, "hints": list}
-OPTIONAL = {"title_zh": str, "hints_zh": list}
+OPTIONAL = {"title_zh": str, "hints_zh": list, "reference_zh": str}
 
 
 class CatalogError(UsageError):
@@ -38,6 +38,7 @@ class Kata:
     hints: list[str] = field(default_factory=list)
     title_zh: str | None = None
     hints_zh: list[str] | None = None
+    reference_zh: str | None = None
 
     @property
     def shown_title(self) -> str:
@@ -113,11 +114,22 @@ def kata_names(katas: list[Kata]) -> list[str]:
     return [kata.name for kata in katas]
 
 
-def kata_table(katas: list[Kata]) -> str:
-    """The README's kata table, made from info.toml so the two never disagree."""
-    rows = ["| kata | what you write | difficulty | minutes | judged against |", "|---|---|---|---|---|"]
+TABLE_HEADERS = {
+    "en": "| kata | what you write | difficulty | minutes | judged against |",
+    "zh": "| 题目 | 你要写的 | 难度 | 建议分钟 | 对照基准 |",
+}
+
+
+def kata_table(katas: list[Kata], lang: str = "en") -> str:
+    """The README's kata table (README.zh-CN.md's in Chinese), made from info.toml so they never disagree."""
+    rows = [TABLE_HEADERS[lang], "|---|---|---|---|---|"]
     for kata in katas:
-        rows.append(f"| `{kata.name}` | {kata.title} | {kata.stars} | {kata.minutes} | {kata.reference} |")
+        title, reference = (
+            (kata.title_zh or kata.title, kata.reference_zh or kata.reference)
+            if lang == "zh"
+            else (kata.title, kata.reference)
+        )
+        rows.append(f"| `{kata.name}` | {title} | {kata.stars} | {kata.minutes} | {reference} |")
     return "\n".join(rows)
 
 
@@ -129,5 +141,5 @@ def resolve_kata(text: str, names: list[str]) -> str:
         return stem
     nearest = difflib.get_close_matches(stem, names, n=1, cutoff=0.6)
     if nearest:
-        raise UsageError(f"unknown kata {text!r}: did you mean {nearest[0]}?")
-    raise UsageError(f"unknown kata {text!r}; the katas are: {', '.join(names)}")
+        raise UsageError(tr("unknown kata {text!r}: did you mean {nearest}?", text=text, nearest=nearest[0]))
+    raise UsageError(tr("unknown kata {text!r}; the katas are: {names}", text=text, names=", ".join(names)))

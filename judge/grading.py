@@ -24,6 +24,7 @@ from judge.catalog import Kata, kata_names, kata_table, load_catalog, resolve_ka
 from judge.environment import require_grading_dependencies
 from judge.errors import UsageError
 from judge.history import record_check
+from judge.language import tr
 from judge.limits import DEFAULT, Limits
 from judge.paths import KATAS, ROOT
 from judge.reporting import table, write_json
@@ -143,7 +144,7 @@ def grade_command(argv: list[str]) -> int:
     try:  # a convenience: it never fails a grade
         record_check(results, args.impl_dir, seed, source="check" if args.kata else "grade")
     except OSError as error:
-        print(f"grader.py: note: the practice history was not updated ({error})", file=sys.stderr)
+        print(tr("grader.py: note: the practice history was not updated ({error})", error=error), file=sys.stderr)
     shown = os.path.relpath(args.impl_dir, Path.cwd())
     colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     advice = (
@@ -179,8 +180,10 @@ def stubs_command(argv: list[str]) -> int:
 
 
 def table_command(argv: list[str]) -> int:
-    KataArgumentParser(prog="grader.py table", description="Print the README's kata table.").parse_args(argv)
-    print(kata_table(load_catalog()))
+    parser = KataArgumentParser(prog="grader.py table", description="Print the README's kata table.")
+    parser.add_argument("--lang", choices=("en", "zh"), default="en", help="zh: README.zh-CN.md's, in Chinese")
+    args = parser.parse_args(argv)
+    print(kata_table(load_catalog(), args.lang))
     return 0
 
 
@@ -207,5 +210,5 @@ def main(argv: list[str]) -> int:
         print(f"grader.py: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("grader.py: interrupted", file=sys.stderr)
+        print(tr("grader.py: interrupted"), file=sys.stderr)
         return 2

@@ -33,6 +33,16 @@ def tr(template: str, /, **values) -> str:
     return template.format(**values) if values else template
 
 
+def tr_data(text: str) -> str:
+    """A fixed English text that arrived as data (an unjudged test's reason): its Chinese version
+    when there is one and the learner reads Chinese."""
+    if language() == "zh":
+        from judge.texts_zh import ZH
+
+        return ZH.get(text, text)
+    return text
+
+
 def pick(english: str, chinese: str | None) -> str:
     """A text that has both versions (a kata's title, a slip's why): the learner's one."""
     return chinese if chinese and language() == "zh" else english

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from judge.protocol import KataResult, Status
+from judge.language import language, tr, tr_data
+from judge.protocol import SEVERAL, SINGLE, KataResult, Status
 from judge.timing import format_timing
 
 COLOURS = {
@@ -31,7 +32,24 @@ def printed_line(result: KataResult) -> str | None:
     """A debug print is shown, never counted: interviewers notice prints left in, tests do not."""
     if not result.printed:
         return None
-    return f"it printed {result.printed!r}: remove debug prints before an interview (not counted against you)"
+    return tr(
+        "it printed {printed}: remove debug prints before an interview (not counted against you)",
+        printed=repr(result.printed),
+    )
+
+
+# The marker prefixes a diagnosis line carries in the data (judge.protocol), as the learner reads them.
+DIAGNOSIS_PREFIXES_ZH = ((SEVERAL, "看起来像以下之一："), (SINGLE, "看起来像："))
+
+
+def shown_diagnosis(line: str) -> str:
+    """A diagnosis line as shown: its English marker prefix ("looks like: ") in the learner's language.
+    The data keeps the English prefixes, which the verdict code reads."""
+    if language() == "zh":
+        for english, chinese in DIAGNOSIS_PREFIXES_ZH:
+            if line.startswith(english):
+                return chinese + line[len(english) :]
+    return line
 
 
 def unjudged_lines(results: list[KataResult]) -> list[str]:
@@ -46,8 +64,26 @@ def unjudged_lines(results: list[KataResult]) -> list[str]:
     lines = []
     for reason, katas in by_reason.items():
         count = sum(katas.values())
-        where = ", ".join(f"{name} ({n})" for name, n in katas.items()) if len(katas) <= 3 else f"{len(katas)} katas"
-        lines.append(f"Not judged here, never counted: {count} case{'s' * (count != 1)} in {where}: {reason}.")
+        where = (
+            ", ".join(f"{name} ({n})" for name, n in katas.items())
+            if len(katas) <= 3
+            else tr("{count} katas", count=len(katas))
+        )
+        if count == 1:
+            line = tr(
+                "Not judged here, never counted: {count} case in {where}: {reason}.",
+                count=count,
+                where=where,
+                reason=tr_data(reason),
+            )
+        else:
+            line = tr(
+                "Not judged here, never counted: {count} cases in {where}: {reason}.",
+                count=count,
+                where=where,
+                reason=tr_data(reason),
+            )
+        lines.append(line)
     return lines
 
 
@@ -57,14 +93,15 @@ def details(r: KataResult) -> list[str]:
     if r.status in (Status.PASS, Status.TODO):
         return [f"{r.name}: {note}"] if note else []
     lines = [f"{r.name}: {r.status}: {r.message}"]
-    lines += [f"    {line}" for line in r.diagnosis]
+    lines += [f"    {shown_diagnosis(line)}" for line in r.diagnosis]
     if note:
         lines.append(f"    {note}")
     if r.status == Status.FAIL:  # other statuses have one cause that explains every failed test
         for failure in r.failures[1:3]:
-            lines.append(f"    also: {failure['name']}: {failure.get('message', '')}".replace("\n", "\n    "))
+            also = tr("also: {name}: {message}", name=failure["name"], message=failure.get("message", ""))
+            lines.append(f"    {also}".replace("\n", "\n    "))
         if len(r.failures) > 3:
-            lines.append(f"    ... and {len(r.failures) - 3} more")
+            lines.append("    " + tr("... and {count} more", count=len(r.failures) - 3))
     return lines
 
 
@@ -73,7 +110,7 @@ def table(
 ) -> str:
     """The grader's table; `advice`: closing lines (how to replay, what to do next), None for none."""
     width = max([len(r.name) for r in results] + [4])
-    lines = [f"Grading {impl} (seed {seed})", ""]
+    lines = [tr("Grading {impl} (seed {seed})", impl=impl, seed=seed), ""]
     lines.append(
         f"{'kata':<{width}}  {'status':<9} {'score':>5}  {'tests':>7}  "
         + ("time vs PyTorch (kata / reference)" if timing else "")
@@ -88,7 +125,14 @@ def table(
         lines += details(r)
     lines += unjudged_lines(results)
     passing = sum(r.status == Status.PASS for r in results)
-    lines.append(f"Score: {total_score(results):.1f} / 100   ({passing} of {len(results)} katas pass)")
+    lines.append(
+        tr(
+            "Score: {score:.1f} / 100   ({passing} of {total} katas pass)",
+            score=total_score(results),
+            passing=passing,
+            total=len(results),
+        )
+    )
     lines += [line for line in advice if line]
     return "\n".join(lines)
 

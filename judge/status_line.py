@@ -8,6 +8,8 @@ import threading
 import time
 from typing import TextIO
 
+from judge.language import tr
+
 TICK_SECONDS = 0.5  # the clock on the line moves even while a kata hangs
 
 
@@ -16,7 +18,7 @@ class StatusLine:
         self.stream, self.total, self.enabled = stream, total, enabled
         self.running: list[str] = []
         self.done = 0
-        self.text = "starting..."
+        self.text = tr("starting...")
         self.started = time.monotonic()
         self.lock = threading.Lock()
         self.stopped = threading.Event()
@@ -32,9 +34,14 @@ class StatusLine:
                 if name in self.running:
                     self.running.remove(name)
             if event == "timing":
-                self.text = f"timing {name} against PyTorch..."
+                self.text = tr("timing {name} against PyTorch...", name=name)
             else:
-                self.text = f"grading {', '.join(self.running) or '...'} ({self.done} of {self.total} done)"
+                self.text = tr(
+                    "grading {names} ({done} of {total} done)",
+                    names=", ".join(self.running) or "...",
+                    done=self.done,
+                    total=self.total,
+                )
         self.show()
 
     def tick(self) -> None:
@@ -44,7 +51,7 @@ class StatusLine:
     def show(self) -> None:
         if self.enabled and not self.stopped.is_set():
             with self.lock:
-                line = f"{self.text} {time.monotonic() - self.started:.0f} s"
+                line = tr("{text} {seconds:.0f} s", text=self.text, seconds=time.monotonic() - self.started)
                 self.stream.write("\r\033[K" + line[:110])
                 self.stream.flush()
 

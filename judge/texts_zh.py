@@ -2,6 +2,227 @@
 
 Each value keeps the key's {placeholders}; tests/test_language.py proves every tr(...) template
 in judge/ has its entry here. Terms follow README.zh-CN.md (题目 = kata, 桩代码 = stub, 参考解 =
-reference solution, 判定 = verdict)."""
+reference solution, 判定 = verdict, 提示 = hint, 模拟面试 = mock interview, 种子 = seed). Commands,
+paths, code and status words (pass, fail, todo...) stay as they are; so do the column headers of the
+tables, whose alignment counts characters."""
 
-ZH: dict[str, str] = {}
+ZH: dict[str, str] = {
+    # judge/reporting.py: the grader's table
+    "Grading {impl} (seed {seed})": "评测 {impl}（种子 {seed}）",
+    "Score: {score:.1f} / 100   ({passing} of {total} katas pass)": (
+        "总分：{score:.1f} / 100   （{total} 道题中 {passing} 道通过）"
+    ),
+    "it printed {printed}: remove debug prints before an interview (not counted against you)": (
+        "它打印了 {printed}：面试前请删掉调试用的 print（不会因此扣分）"
+    ),
+    "{count} katas": "{count} 道题",
+    "Not judged here, never counted: {count} case in {where}: {reason}.": (
+        "本机无法评判，不计入总数：{where} 中的 {count} 个用例：{reason}。"
+    ),
+    "Not judged here, never counted: {count} cases in {where}: {reason}.": (
+        "本机无法评判，不计入总数：{where} 中的 {count} 个用例：{reason}。"
+    ),
+    "also: {name}: {message}": "另外：{name}: {message}",
+    "... and {count} more": "……还有 {count} 个",
+    # judge/advice.py: what to type next
+    "Replay these exact hidden shapes: {command}": "重现这组隐藏形状：{command}",
+    "Next: fix katas/{name}.py (see above), then {check}; stuck? {hint}": (
+        "下一步：修改 katas/{name}.py（见上文），然后运行 {check}；卡住了？{hint}"
+    ),
+    "Next: start with katas/{name}.py (fill in its TODOs), then {check}": (
+        "下一步：从 katas/{name}.py 开始（补全其中的 TODO），然后运行 {check}"
+    ),
+    "Next: every kata passes. Rehearse under a clock: {command}": "下一步：所有题目都已通过。限时演练一下：{command}",
+    # judge/status_line.py: the line the grader rewrites while it works
+    "starting...": "正在启动……",
+    "timing {name} against PyTorch...": "正在与 PyTorch 对比计时 {name}……",
+    "grading {names} ({done} of {total} done)": "正在评测 {names}（已完成 {done} / {total}）",
+    "{text} {seconds:.0f} s": "{text} {seconds:.0f} 秒",
+    # judge/grading.py
+    "grader.py: note: the practice history was not updated ({error})": "grader.py: 注意：练习历史没有更新（{error}）",
+    "grader.py: interrupted": "grader.py: 已中断",
+    # judge/practice/common.py: a verdict in watch, diff and mock
+    "name the kata, e.g. {example} (the katas: {names})": "请指定题目，例如 {example}（题目有：{names}）",
+    "{label}: {status}  {passed}/{total} tests": "{label}: {status}  {passed}/{total} 个测试通过",
+    "  (verdict {latency:.1f} s after the save)": "  （保存后 {latency:.1f} 秒出判定）",
+    "first failing check: {text}": "第一个失败的检查：{text}",
+    "why: {text}": "原因：{text}",
+    "(hidden shapes from seed {seed}: the same until you restart)": "（隐藏形状来自种子 {seed}：重启之前保持不变）",
+    # judge/practice/cli.py
+    "Stopped. Bye!": "已停止。再见！",
+    # judge/practice/watch.py
+    "{path} was removed (make reset KATA={name} brings the stub back)": (
+        "{path} 被删除了（make reset KATA={name} 可以恢复桩代码）"
+    ),
+    "note: {reason}": "注意：{reason}",
+    "not measured": "未测量",
+    "time vs PyTorch: {timing}": "与 PyTorch 比速度：{timing}",
+    "{folder}: no such folder of katas": "{folder}：题目目录不存在",
+    "Loading torch and pytest once ({engine} engine)...": "正在加载 torch 和 pytest（只加载一次，{engine} 引擎）……",
+    (
+        "Watching {what} in {folder}/ (seed {seed}; ready in {seconds:.1f} s). "
+        "Save a file to grade it; make hint KATA=name when stuck; Ctrl-C stops."
+    ): (
+        "正在监视 {folder}/ 中的 {what}（种子 {seed}；{seconds:.1f} 秒就绪）。"
+        "保存文件即评测；卡住时用 make hint KATA=name；Ctrl-C 退出。"
+    ),
+    "Stopped watching: {count} grades, median {seconds:.1f} s from save to verdict. Bye!": (
+        "已停止监视：共评测 {count} 次，从保存到判定的中位数为 {seconds:.1f} 秒。再见！"
+    ),
+    "Stopped watching. Bye!": "已停止监视。再见！",
+    # judge/practice/hint.py
+    "{name} has no hints yet (they live in info.toml). make diff KATA={name} shows the reference solution.": (
+        "{name} 还没有提示（提示写在 info.toml 中）。make diff KATA={name} 可以查看参考解。"
+    ),
+    " (counted for the mock interview)": "（计入本次模拟面试）",
+    (
+        "No hints left for {name}: all {count} are below{where}. Next step: "
+        "make diff KATA={name} compares your file with the reference."
+    ): "{name} 没有更多提示了：全部 {count} 条都在下面{where}。下一步：make diff KATA={name} 会把你的文件与参考解对比。",
+    "Hint {count} of {total} for {name} ({title}){where}:": "{name}（{title}）的第 {count} 条提示，共 {total} 条{where}：",
+    "({left} more: make hint KATA={name})": "（还有 {left} 条：make hint KATA={name}）",
+    "(that was the last hint)": "（这是最后一条提示）",
+    # judge/practice/reset.py
+    "{path} is already the stub as shipped; nothing to keep.": "{path} 已经是原始桩代码，无需保存。",
+    "Kept your attempt: {path}": "已保存你的尝试：{path}",
+    "Restored {path} to the stub as shipped.": "已把 {path} 恢复为原始桩代码。",
+    # judge/practice/diff.py
+    "{path} does not exist; make reset KATA={name} writes the stub": "{path} 不存在；make reset KATA={name} 会写入桩代码",
+    "{path} (yours)": "{path}（你的）",
+    "{path} (reference)": "{path}（参考解）",
+    "No difference: {path} is the reference solution.": "没有差异：{path} 就是参考解。",
+    "Grading your {name} (seed {seed})...": "正在评测你的 {name}（种子 {seed}）……",
+    "{name} passes.": "{name} 通过了。",
+    "{name} does not pass yet.": "{name} 还没有通过。",
+    # judge/practice/mock.py
+    "N={n}: pick from 1 to {count} katas": "N={n}：请选 1 到 {count} 道题",
+    "N={n}: there are only {count} katas": "N={n}：只有 {count} 道题",
+    "Mock interview {id}: {count} katas in {time} (seed {seed})": "模拟面试 {id}：{count} 道题，限时 {time}（种子 {seed}）",
+    "Workspace: {folder}/   (your katas/ are not touched)": "工作目录：{folder}/   （不会改动你的 katas/）",
+    "{number}. {name}  {stars}  {minutes:>3} min  {title}": "{number}. {name}  {stars}  {minutes:>3} 分钟  {title}",
+    "Edit the files above; each save is graded. Stuck? make hint KATA=name (counted in the report).": (
+        "编辑上面的文件，每次保存都会评测。卡住了？make hint KATA=name（计入报告）。"
+    ),
+    "It ends when every kata passes, when time is up, or at Ctrl-C.": "所有题目都通过、时间用完或按下 Ctrl-C 时结束。",
+    "{time} left   {passing} of {total} pass": "剩余 {time}   {total} 道题中 {passing} 道通过",
+    "every kata passes": "所有题目都通过了",
+    "time is up": "时间到",
+    "you stopped": "你主动停止了",
+    "Mock interview {id} report: {reason} after {elapsed} of {allowed} (seed {seed})": (
+        "模拟面试 {id} 报告：{reason}，用时 {elapsed}，限时 {allowed}（种子 {seed}）"
+    ),
+    "{passed} of {total} pass; score {score:.0f} / 100 (the best score of each kata during the interview).": (
+        "{total} 道题中 {passed} 道通过；得分 {score:.0f} / 100（每道题取面试期间的最好成绩）。"
+    ),
+    "took: from the previous first pass (or the start) to this kata's; vs: took / suggested minutes.": (
+        "took：从上一道题首次通过（或开始）到这道题首次通过的用时；vs：took / 建议用时（suggested）。"
+    ),
+    "The clock runs from now (tasks ready in {seconds:.2f} s); the judge loads torch meanwhile.": (
+        "现在开始计时（题目在 {seconds:.2f} 秒内就绪）；判题器同时在加载 torch。"
+    ),
+    "Judge ready {seconds:.1f} s after the start.": "判题器在开始后 {seconds:.1f} 秒就绪。",
+    # judge/practice/progress.py
+    "No history yet ({path}). Grades from make watch, make check, make diff and make mock are recorded there.": (
+        "还没有历史记录（{path}）。make watch、make check、make diff 和 make mock 的评测都会记录在那里。"
+    ),
+    "Progress from {path} ({count} records)": "练习进度，来自 {path}（{count} 条记录）",
+    (
+        "Mock interviews: {count}; last {when}: {passed} of {total} pass, score {score:.0f}. "
+        "Scores, oldest first: {scores}"
+    ): "模拟面试：{count} 次；最近一次 {when}：{total} 道题中 {passed} 道通过，得分 {score:.0f}。各次得分（从旧到新）：{scores}",
+    "No mock interview yet: make mock": "还没有模拟面试：make mock",
+    (
+        "best: the highest score graded; attempts: versions of the file graded; trend: recent scores, oldest first;"
+        " all from your katas/ files (a mock interview counts only in 'fastest mock')."
+    ): (
+        "best：评测过的最高分；attempts：被评测过的文件版本数；trend：最近的成绩，从旧到新；"
+        "都只来自你的 katas/ 文件（模拟面试只计入 'fastest mock'）。"
+    ),
+    # judge/testing/diagnosis.py: the pattern signatures (free text after no prefix)
+    (
+        "the result is made on {got}, not on the inputs' device ({want}): "
+        "create new tensors with device= the inputs' device"
+    ): "结果是在 {got} 上创建的，而不在输入所在的设备（{want}）上：新建张量时传入 device= 输入的设备",
+    (
+        "the values are right but the dtype is {got}, not {want}: compute in any precision, return the inputs' dtype"
+    ): "数值正确，但 dtype 是 {got} 而不是 {want}：计算可以用任意精度，返回时要用输入的 dtype",
+    "every value has the opposite sign: a sign is flipped": "每个值的符号都反了：某处符号写反了",
+    "every value is the expected one times {factor:.4g}{named}": "每个值都是期望值乘以 {factor:.4g}{named}",
+    " = {expression} ({name} = {size}): check the scale": " = {expression}（{name} = {size}）：检查缩放系数",
+    "the result is the expected one transposed: its last two dimensions are swapped": (
+        "结果是期望值的转置：最后两个维度被交换了"
+    ),
+    "every True should be False and every False True: the mask's polarity is inverted": (
+        "每个 True 都应是 False，每个 False 都应是 True：掩码的极性反了"
+    ),
+    (
+        "only the last row is right: every earlier row (query) sees keys it should not, or misses some "
+        "(a causal mask missing?)"
+    ): "只有最后一行是对的：之前的每一行（查询）都看到了不该看到的键，或漏掉了一些（缺少因果掩码？）",
+    "only the first row is right: the rows (queries) after it are off (a causal mask misaligned?)": (
+        "只有第一行是对的：之后的各行（查询）都不对（因果掩码没对齐？）"
+    ),
+    (
+        "the right values in the wrong places: a transpose or reshape mixes up dimensions "
+        "(heads merged back in the wrong order?)"
+    ): "数值对但位置错：某个转置或 reshape 把维度弄混了（多头合并回去时顺序不对？）",
+    (
+        "NaN fills whole rows: a softmax over a row whose every key is blocked "
+        "(mask polarity? padding applied to the queries?)"
+    ): "整行都是 NaN：对所有键都被屏蔽的一行做了 softmax（掩码极性反了？把填充掩码用在了查询上？）",
+    "off by a constant along each row: right up to a per-row shift": "每行差一个常数：除了每行整体平移之外都是对的",
+    # judge/testing/modules.py: the step-by-step check of a layer's parts
+    "step by step, each part on PyTorch's own inputs to it: {findings}{verdict}": (
+        "逐个子模块检查，每个都用 PyTorch 对应子模块收到的输入：{findings}{verdict}"
+    ),
+    "your {part} matches": "你的 {part} 一致",
+    "your {part} differs": "你的 {part} 不一致",
+    "; ": "；",
+    "; the slip is in how they are put together (residuals, norms, their order, the feed-forward branch)": (
+        "；错误出在它们的组合方式上（残差、归一化、它们的顺序、前馈分支）"
+    ),
+    # judge/verdicts.py: the verdict's one-line summary
+    " during '{running}'": "（在运行「{running}」时）",
+    "the per-test limit of {seconds:g} s": "单个测试 {seconds:g} 秒的时限",
+    "{seconds:g} s": "{seconds:g} 秒",
+    "importing {file} did not finish within {limit}: an endless loop (or a long computation) "
+    "at the top level of the file, outside any function?": (
+        "导入 {file} 未能在{limit}内完成：文件顶层（任何函数之外）有死循环（或耗时很长的计算）？"
+    ),
+    "stopped after {seconds:g} s of wall-clock time{during}: an endless loop, or far too slow?": (
+        "运行 {seconds:g} 秒后被终止{during}：死循环，还是太慢了？"
+    ),
+    "'{where}' ran past the per-test limit of {seconds:g} s: an endless loop, or far too slow?": (
+        "「{where}」超过了单个测试 {seconds:g} 秒的时限：死循环，还是太慢了？"
+    ),
+    "the test process died before running any test ({reason}): {tail}": (
+        "测试进程在运行任何测试之前就退出了（{reason}）：{tail}"
+    ),
+    "the test process died{during} ({reason})": "测试进程意外退出{during}（{reason}）",
+    "{name}: the kata printed more than {mb} MB of output; print less": (
+        "{name}：题目代码打印了超过 {mb} MB 的输出；请少打印一些"
+    ),
+    "{name}: ran out of memory (limit {mb} MB; is a tensor far too large?): {message}": (
+        "{name}：内存不足（上限 {mb} MB；是不是某个张量大得离谱？）：{message}"
+    ),
+    "all {total} tests passed": "全部 {total} 个测试通过",
+    "not started: the stub still raises NotImplementedError": "尚未开始：桩代码仍在抛出 NotImplementedError",
+    "{failed} of {total} tests failed; first: {name}: {message}": (
+        "{total} 个测试中有 {failed} 个失败；第一个：{name}: {message}"
+    ),
+    # judge/catalog.py: a kata named wrong
+    "unknown kata {text!r}: did you mean {nearest}?": "没有名为 {text!r} 的题目：你是想输入 {nearest} 吗？",
+    "unknown kata {text!r}; the katas are: {names}": "没有名为 {text!r} 的题目；所有题目：{names}",
+    # judge/timing.py
+    "{device}: machine busy, timing unreliable (ratios {low:.2f}x to {high:.2f}x across rounds); "
+    "try again when it is idle": (
+        "{device}：机器繁忙，计时不可靠（各轮比值在 {low:.2f}x 到 {high:.2f}x 之间）；请在机器空闲时重试"
+    ),
+    "1 thread": "1 个线程",
+    "{count} threads": "{count} 个线程",
+    # reasons a test was not judged (data: judge.language.tr_data)
+    "CUDA is not available": "没有可用的 CUDA",
+    "device handling not checked without a GPU: the kata reads tensor values in Python": (
+        "没有 GPU，无法检查设备处理：题目代码在 Python 中读取了张量的值"
+    ),
+}

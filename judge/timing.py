@@ -11,6 +11,8 @@ another's figures and no two timings compete for the cores.
 
 from __future__ import annotations
 
+from judge.language import tr
+
 MIN_RUN_TIME = 0.02  # seconds per blocked_autorange measurement
 # One CPU thread for both sides: with two or more, every separate op of eager code pays a
 # thread-pool handshake that a fused kernel pays once, and as soon as anything else runs on the
@@ -92,11 +94,16 @@ def format_timing(timing: dict) -> str:
 
 def format_device(device: str, t: dict) -> str:
     if not t.get("reliable", True):
-        return (
-            f"{device}: machine busy, timing unreliable (ratios {t['ratio_low']:.2f}x to {t['ratio_high']:.2f}x"
-            " across rounds); try again when it is idle"
+        return tr(
+            "{device}: machine busy, timing unreliable (ratios {low:.2f}x to {high:.2f}x across rounds); "
+            "try again when it is idle",
+            device=device,
+            low=t["ratio_low"],
+            high=t["ratio_high"],
         )
-    threads = f", {t['threads']} thread{'s' * (t['threads'] != 1)}" if t.get("threads") else ""
+    threads = ""
+    if t.get("threads"):
+        threads = ", " + (tr("1 thread") if t["threads"] == 1 else tr("{count} threads", count=t["threads"]))
     return (
         f"{device} {t['ratio']:.2f}x ({format_seconds(t['median_s'])} vs {format_seconds(t['reference_median_s'])}"
         + threads

@@ -9,6 +9,7 @@ check that needs a GPU) are left out of the count and listed, never passed.
 from __future__ import annotations
 
 from judge.isolation import ProcessEnd, exit_reason
+from judge.language import tr
 from judge.limits import Limits
 from judge.protocol import (
     UNJUDGED,
@@ -67,24 +68,40 @@ def classify(name: str, events: list[Event], end: ProcessEnd, tail: str, limits:
         return next((f for f in failures if f.kind == kind), None)
 
     running = next((tests[nodeid] for nodeid in tests if nodeid not in reports), None)
-    during = f" during '{running}'" if running else ""
+    during = tr(" during '{running}'", running=running) if running else ""
     if end.importing:
-        limit = f"the per-test limit of {limits.test_timeout:g} s" if end.overran else f"{limits.time_limit:g} s"
+        limit = (
+            tr("the per-test limit of {seconds:g} s", seconds=limits.test_timeout)
+            if end.overran
+            else tr("{seconds:g} s", seconds=limits.time_limit)
+        )
         return result(
             Status.TIMEOUT,
-            f"importing {end.importing} did not finish within {limit}: an endless loop (or a long computation) "
-            "at the top level of the file, outside any function?",
+            tr(
+                "importing {file} did not finish within {limit}: an endless loop (or a long computation) "
+                "at the top level of the file, outside any function?",
+                file=end.importing,
+                limit=limit,
+            ),
         )
     if end.timed_out:
         return result(
             Status.TIMEOUT,
-            f"stopped after {limits.time_limit:g} s of wall-clock time{during}: an endless loop, or far too slow?",
+            tr(
+                "stopped after {seconds:g} s of wall-clock time{during}: an endless loop, or far too slow?",
+                seconds=limits.time_limit,
+                during=during,
+            ),
         )
     if end.overran is not None:
         where = tests.get(end.overran, end.overran)
         return result(
             Status.TIMEOUT,
-            f"'{where}' ran past the per-test limit of {limits.test_timeout:g} s: an endless loop, or far too slow?",
+            tr(
+                "'{where}' ran past the per-test limit of {seconds:g} s: an endless loop, or far too slow?",
+                where=where,
+                seconds=limits.test_timeout,
+            ),
         )
     if load_error := first(ErrorKind.LOAD):
         return result(Status.ERROR, load_error.message)
@@ -94,26 +111,42 @@ def classify(name: str, events: list[Event], end: ProcessEnd, tail: str, limits:
         if finished:
             return result(Status.ERROR, f"the tests of {name} could not be collected (a grader bug): {tail}", True)
         return result(
-            Status.CRASH, f"the test process died before running any test ({exit_reason(end.returncode)}): {tail}"
+            Status.CRASH,
+            tr(
+                "the test process died before running any test ({reason}): {tail}",
+                reason=exit_reason(end.returncode),
+                tail=tail,
+            ),
         )
     if not finished or (len(reports) < len(tests) and not stopped):
         return result(
             Status.CRASH,
-            f"the test process died{during} ({exit_reason(end.returncode)})" + (f": {tail}" if tail else ""),
+            tr("the test process died{during} ({reason})", during=during, reason=exit_reason(end.returncode))
+            + (f": {tail}" if tail else ""),
         )
     if flood := first(ErrorKind.OUTPUT_LIMIT):
         return result(
-            Status.FAIL, f"{flood.name}: the kata printed more than {limits.output_mb} MB of output; print less"
+            Status.FAIL,
+            tr(
+                "{name}: the kata printed more than {mb} MB of output; print less",
+                name=flood.name,
+                mb=limits.output_mb,
+            ),
         )
     if memory := first(ErrorKind.OUT_OF_MEMORY):
         return result(
             Status.ERROR,
-            f"{memory.name}: ran out of memory (limit {limits.memory_mb} MB; is a tensor far too large?): {memory.message[:200]}",
+            tr(
+                "{name}: ran out of memory (limit {mb} MB; is a tensor far too large?): {message}",
+                name=memory.name,
+                mb=limits.memory_mb,
+                message=memory.message[:200],
+            ),
         )
     if total > 0 and not failures and end.returncode == 0:
-        return result(Status.PASS, f"all {total} tests passed")
+        return result(Status.PASS, tr("all {total} tests passed", total=total))
     if passed == 0 and failures and all(f.kind == ErrorKind.NOT_IMPLEMENTED for f in failures):
-        return result(Status.TODO, "not started: the stub still raises NotImplementedError")
+        return result(Status.TODO, tr("not started: the stub still raises NotImplementedError"))
     if not failures:  # every judged test passed, yet pytest said otherwise, or nothing was judged
         reason = (
             "no test could be judged on this machine"
@@ -122,7 +155,16 @@ def classify(name: str, events: list[Event], end: ProcessEnd, tail: str, limits:
         )
         return result(Status.ERROR, f"{reason}: {tail}", True)
     head = failures[0]
-    return result(Status.FAIL, f"{len(failures)} of {total} tests failed; first: {head.name}: {head.message}")
+    return result(
+        Status.FAIL,
+        tr(
+            "{failed} of {total} tests failed; first: {name}: {message}",
+            failed=len(failures),
+            total=total,
+            name=head.name,
+            message=head.message,
+        ),
+    )
 
 
 def failure_record(report: TestReport) -> dict:

@@ -21,6 +21,7 @@ import sys
 
 from judge.environment import require_grading_dependencies
 from judge.errors import UsageError
+from judge.language import tr
 from judge.places import Places
 from judge.practice.diff import diff_command
 from judge.practice.hint import hint_command
@@ -151,7 +152,7 @@ def main(argv: list[str]) -> int:
         print(f"practice.py: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("\nStopped. Bye!", file=sys.stderr)
+        print("\n" + tr("Stopped. Bye!"), file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 1

@@ -9,8 +9,9 @@ from typing import TextIO
 
 from judge.catalog import Kata, resolve_kata
 from judge.errors import UsageError
+from judge.language import tr
 from judge.protocol import KataResult
-from judge.reporting import paint, printed_line, unjudged_lines
+from judge.reporting import paint, printed_line, shown_diagnosis, unjudged_lines
 
 
 def stamp(moment: float) -> str:
@@ -38,7 +39,9 @@ def clock(seconds: float | None) -> str:
 def find_kata(catalog: list[Kata], name: str | None, *, example: str) -> Kata:
     names = [k.name for k in catalog]
     if not name:
-        raise UsageError(f"name the kata, e.g. {example} (the katas: {', '.join(names)})")
+        raise UsageError(
+            tr("name the kata, e.g. {example} (the katas: {names})", example=example, names=", ".join(names))
+        )
     chosen = resolve_kata(name, names)
     return next(kata for kata in catalog if kata.name == chosen)
 
@@ -61,17 +64,26 @@ def first_failure(result: KataResult, width: int = 600) -> str:
 
 def verdict_block(result: KataResult, *, label: str, seed: int, colour: bool, latency: float | None) -> list[str]:
     status = paint(result.status, result.status, colour)
-    head = f"{label}: {status}  {result.passed}/{result.total} tests"
+    head = tr(
+        "{label}: {status}  {passed}/{total} tests",
+        label=label,
+        status=status,
+        passed=result.passed,
+        total=result.total,
+    )
     if latency is not None:
-        head += f"  (verdict {latency:.1f} s after the save)"
+        head += tr("  (verdict {latency:.1f} s after the save)", latency=latency)
     lines = [head]
     indent = "    "
     if result.status != "pass":
-        kind = "first failing check" if result.status == "fail" else "why"
-        lines.append(f"{indent}{kind}: " + first_failure(result).replace("\n", "\n" + indent + "  "))
-        lines += [f"{indent}{line}" for line in result.diagnosis]
+        text = first_failure(result).replace("\n", "\n" + indent + "  ")
         if result.status == "fail":
-            lines.append(f"{indent}(hidden shapes from seed {seed}: the same until you restart)")
+            lines.append(indent + tr("first failing check: {text}", text=text))
+        else:
+            lines.append(indent + tr("why: {text}", text=text))
+        lines += [f"{indent}{shown_diagnosis(line)}" for line in result.diagnosis]
+        if result.status == "fail":
+            lines.append(indent + tr("(hidden shapes from seed {seed}: the same until you restart)", seed=seed))
     if note := printed_line(result):
         lines.append(f"{indent}{note}")
     if result.status in ("pass", "fail"):

@@ -13,6 +13,7 @@ from judge.catalog import load_catalog
 from judge.engines import ProcessEngine
 from judge.errors import UsageError
 from judge.history import history_of
+from judge.language import tr
 from judge.places import Places, fingerprint, shown
 from judge.practice.common import colour_enabled, find_kata, verdict_block
 from judge.stubs import solution_text, without_markers
@@ -50,25 +51,35 @@ def diff_command(
     kata = find_kata(catalog, args.kata, example="make diff KATA=causal_mask")
     target = places.kata_file(kata.name)
     if not target.exists():
-        raise UsageError(f"{shown(target)} does not exist; make reset KATA={kata.name} writes the stub")
+        raise UsageError(
+            tr("{path} does not exist; make reset KATA={name} writes the stub", path=shown(target), name=kata.name)
+        )
     learner = target.read_text(encoding="utf-8", errors="replace")
     solution = without_markers(solution_text(kata.name))
-    lines = unified_diff(learner, solution, f"{shown(target)} (yours)", f"solutions/{kata.name}.py (reference)")
+    lines = unified_diff(
+        learner,
+        solution,
+        tr("{path} (yours)", path=shown(target)),
+        tr("{path} (reference)", path=f"solutions/{kata.name}.py"),
+    )
     if lines:
         out.write(paint_diff(lines, colour_enabled(out)))
     else:
-        print(f"No difference: {shown(target)} is the reference solution.", file=out)
+        print(tr("No difference: {path} is the reference solution.", path=shown(target)), file=out)
     out.flush()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
     engine = engine or ProcessEngine(device=args.device)
-    print(f"\nGrading your {kata.name} (seed {seed})...", file=out, flush=True)
+    print("\n" + tr("Grading your {name} (seed {seed})...", name=kata.name, seed=seed), file=out, flush=True)
     result = engine.grade(kata.name, target, seed)
     history_of(places).append_grade(
         result, source="diff", seed=seed, sha=fingerprint(target.read_bytes()), now=time.time()
     )
     for line in verdict_block(result, label=kata.name, seed=seed, colour=colour_enabled(out), latency=None):
         print(line, file=out)
-    print(f"{kata.name} {'passes' if result.status == 'pass' else 'does not pass yet'}.", file=out)
+    if result.status == "pass":
+        print(tr("{name} passes.", name=kata.name), file=out)
+    else:
+        print(tr("{name} does not pass yet.", name=kata.name), file=out)
     return 0 if result.status == "pass" else 1
 
 

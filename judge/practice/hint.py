@@ -10,6 +10,7 @@ from typing import TextIO
 
 from judge.catalog import load_catalog
 from judge.history import history_of
+from judge.language import tr
 from judge.places import Places, read_json, write_atomically
 from judge.practice.common import find_kata
 from judge.practice.mock import active_mock
@@ -22,23 +23,31 @@ def hint_command(args: argparse.Namespace, places: Places, out: TextIO | None = 
     now = time.time() if now is None else now
     mock = active_mock(places, now)
     counter = mock.hints_file if mock and kata.name in mock.katas else places.hints
-    if not kata.hints:
+    hints = kata.shown_hints
+    if not hints:
         print(
-            f"{kata.name} has no hints yet (they live in info.toml). make diff KATA={kata.name} shows the "
-            "reference solution.",
+            tr(
+                "{name} has no hints yet (they live in info.toml). make diff KATA={name} shows the reference solution.",
+                name=kata.name,
+            ),
             file=out,
         )
         return 0
     used = read_json(counter, {})
-    before = min(int(used.get(kata.name, 0)), len(kata.hints))
-    where = " (counted for the mock interview)" if counter != places.hints else ""
-    if before >= len(kata.hints):
+    before = min(int(used.get(kata.name, 0)), len(hints))
+    where = tr(" (counted for the mock interview)") if counter != places.hints else ""
+    if before >= len(hints):
         print(
-            f"No hints left for {kata.name}: all {len(kata.hints)} are below{where}. Next step: "
-            f"make diff KATA={kata.name} compares your file with the reference.",
+            tr(
+                "No hints left for {name}: all {count} are below{where}. Next step: "
+                "make diff KATA={name} compares your file with the reference.",
+                name=kata.name,
+                count=len(hints),
+                where=where,
+            ),
             file=out,
         )
-        for number, text in enumerate(kata.hints, 1):
+        for number, text in enumerate(hints, 1):
             print(f"  {number}. {text}", file=out)
         return 0
     count = before + 1
@@ -50,13 +59,26 @@ def hint_command(args: argparse.Namespace, places: Places, out: TextIO | None = 
             "event": "hint",
             "kata": kata.name,
             "number": count,
-            "of": len(kata.hints),
+            "of": len(hints),
             **({"mock": mock.id} if where else {}),
         }
     )
-    print(f"Hint {count} of {len(kata.hints)} for {kata.name} ({kata.title}){where}:", file=out)
-    for number, text in enumerate(kata.hints[:count], 1):
+    print(
+        tr(
+            "Hint {count} of {total} for {name} ({title}){where}:",
+            count=count,
+            total=len(hints),
+            name=kata.name,
+            title=kata.shown_title,
+            where=where,
+        ),
+        file=out,
+    )
+    for number, text in enumerate(hints[:count], 1):
         print(f"  {number}. {text}", file=out)
-    left = len(kata.hints) - count
-    print(f"({left} more: make hint KATA={kata.name})" if left else "(that was the last hint)", file=out)
+    left = len(hints) - count
+    if left:
+        print(tr("({left} more: make hint KATA={name})", left=left, name=kata.name), file=out)
+    else:
+        print(tr("(that was the last hint)"), file=out)
     return 0

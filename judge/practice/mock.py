@@ -17,6 +17,7 @@ from judge.catalog import Kata, load_catalog
 from judge.engines import ProcessEngine, make_engine
 from judge.errors import UsageError
 from judge.history import history_of
+from judge.language import tr
 from judge.places import Places, read_json, shown, write_atomically
 from judge.practice.common import clock, fresh_path, stamp
 from judge.practice.watch import POLL_SECONDS, Watcher
@@ -85,7 +86,7 @@ def pick_katas(catalog: list[Kata], n: int, seed: int) -> list[Kata]:
     """n katas, mixing difficulties: the tiers (katas of one difficulty) in a seeded order,
     one kata from each in turn, so n katas span min(n, tiers) difficulties. Easiest first."""
     if not 1 <= n <= len(catalog):
-        raise UsageError(f"N={n}: pick from 1 to {len(catalog)} katas")
+        raise UsageError(tr("N={n}: pick from 1 to {count} katas", n=n, count=len(catalog)))
     rng = random.Random(seed)
     tiers: dict[int, list[Kata]] = {}
     for kata in catalog:
@@ -123,19 +124,34 @@ def task_list(plan: MockPlan, catalog: list[Kata]) -> str:
     by_name = {k.name: k for k in catalog}
     width = max(len(name) for name in plan.katas)
     lines = [
-        f"Mock interview {plan.id}: {len(plan.katas)} katas in {clock(plan.minutes * 60)} (seed {plan.seed})",
-        f"Workspace: {shown(plan.folder)}/   (your katas/ are not touched)",
+        tr(
+            "Mock interview {id}: {count} katas in {time} (seed {seed})",
+            id=plan.id,
+            count=len(plan.katas),
+            time=clock(plan.minutes * 60),
+            seed=plan.seed,
+        ),
+        tr("Workspace: {folder}/   (your katas/ are not touched)", folder=shown(plan.folder)),
         "",
     ]
     for number, name in enumerate(plan.katas, 1):
         kata = by_name[name]
-        stars = "★" * kata.difficulty + "☆" * (5 - kata.difficulty)
-        lines.append(f"  {number}. {name:<{width}}  {stars}  {kata.minutes:>3} min  {kata.title}")
+        lines.append(
+            "  "
+            + tr(
+                "{number}. {name}  {stars}  {minutes:>3} min  {title}",
+                number=number,
+                name=f"{name:<{width}}",
+                stars=kata.stars,
+                minutes=kata.minutes,
+                title=kata.shown_title,
+            )
+        )
         lines.append(f"     {shown(plan.folder / (name + '.py'))}")
     lines += [
         "",
-        "Edit the files above; each save is graded. Stuck? make hint KATA=name (counted in the report).",
-        "It ends when every kata passes, when time is up, or at Ctrl-C.",
+        tr("Edit the files above; each save is graded. Stuck? make hint KATA=name (counted in the report)."),
+        tr("It ends when every kata passes, when time is up, or at Ctrl-C."),
     ]
     return "\n".join(lines)
 
@@ -196,7 +212,9 @@ class MockSession:
     def countdown(self) -> None:
         left = max(0.0, self.remaining())
         passing = sum(status == "pass" for status in self.status.values())
-        text = f"  {clock(left)} left   {passing} of {len(self.plan.katas)} pass"
+        text = "  " + tr(
+            "{time} left   {passing} of {total} pass", time=clock(left), passing=passing, total=len(self.plan.katas)
+        )
         if self.tty:
             if text != self.countdown_shown:
                 self.out.write("\r\033[K" + text)
@@ -287,12 +305,16 @@ class MockSession:
 
 
 def report_text(report: dict) -> str:
-    reasons = {"all pass": "every kata passes", "time is up": "time is up", "stopped": "you stopped"}
+    reasons = {"all pass": tr("every kata passes"), "time is up": tr("time is up"), "stopped": tr("you stopped")}
     width = max([len(k["kata"]) for k in report["katas"]] + [4])
     lines = [
-        (
-            f"Mock interview {report['mock']} report: {reasons.get(report['reason'], report['reason'])} after "
-            f"{clock(report['elapsed_s'])} of {clock(report['minutes'] * 60)} (seed {report['seed']})"
+        tr(
+            "Mock interview {id} report: {reason} after {elapsed} of {allowed} (seed {seed})",
+            id=report["mock"],
+            reason=reasons.get(report["reason"], report["reason"]),
+            elapsed=clock(report["elapsed_s"]),
+            allowed=clock(report["minutes"] * 60),
+            seed=report["seed"],
         ),
         "",
         (
@@ -308,11 +330,13 @@ def report_text(report: dict) -> str:
         )
     lines += [
         "",
-        (
-            f"{report['passed']} of {len(report['katas'])} pass; score {report['score']:.0f} / 100 "
-            "(the best score of each kata during the interview)."
+        tr(
+            "{passed} of {total} pass; score {score:.0f} / 100 (the best score of each kata during the interview).",
+            passed=report["passed"],
+            total=len(report["katas"]),
+            score=report["score"],
         ),
-        "took: from the previous first pass (or the start) to this kata's; vs: took / suggested minutes.",
+        tr("took: from the previous first pass (or the start) to this kata's; vs: took / suggested minutes."),
     ]
     return "\n".join(lines)
 
@@ -320,21 +344,23 @@ def report_text(report: dict) -> str:
 def mock_command(args: argparse.Namespace, places: Places) -> int:
     catalog = load_catalog()
     if args.n > len(catalog):
-        raise UsageError(f"N={args.n}: there are only {len(catalog)} katas")
+        raise UsageError(tr("N={n}: there are only {count} katas", n=args.n, count=len(catalog)))
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
     started = time.perf_counter()
     plan = start_mock(places, catalog, n=args.n, minutes=args.minutes, seed=seed, now=time.time())
     print(task_list(plan, catalog), flush=True)
     print(
-        f"The clock runs from now (tasks ready in {time.perf_counter() - started:.2f} s); "
-        "the judge loads torch meanwhile.",
+        tr(
+            "The clock runs from now (tasks ready in {seconds:.2f} s); the judge loads torch meanwhile.",
+            seconds=time.perf_counter() - started,
+        ),
         flush=True,
     )
     engine = make_engine(args.engine, device=args.device)
     try:
         engine.prepare()  # torch, while the learner reads the tasks
         session = MockSession(plan, catalog, engine, places, timing=not args.no_timing, interval=args.interval)
-        print(f"Judge ready {time.perf_counter() - started:.1f} s after the start.", flush=True)
+        print(tr("Judge ready {seconds:.1f} s after the start.", seconds=time.perf_counter() - started), flush=True)
     except KeyboardInterrupt:
         MockSession(plan, catalog, ProcessEngine(), places, timing=False).finish("stopped")
         return 0

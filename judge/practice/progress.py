@@ -10,6 +10,7 @@ from typing import TextIO
 
 from judge.catalog import Kata, load_catalog
 from judge.history import history_of
+from judge.language import tr
 from judge.places import Places, read_json, shown
 from judge.practice.common import clock
 
@@ -60,14 +61,14 @@ def progress_rows(records: list[dict], catalog: list[Kata], hints: dict[str, int
 
 def progress_text(records: list[dict], catalog: list[Kata], hints: dict[str, int], history_path: Path) -> str:
     if not records:
-        return (
-            f"No history yet ({shown(history_path)}). Grades from make watch, make check, make diff and "
-            "make mock are recorded there."
+        return tr(
+            "No history yet ({path}). Grades from make watch, make check, make diff and make mock are recorded there.",
+            path=shown(history_path),
         )
     rows = progress_rows(records, catalog, hints)
     width = max(len(r["kata"]) for r in rows)
     lines = [
-        f"Progress from {shown(history_path)} ({len(records)} records)",
+        tr("Progress from {path} ({count} records)", path=shown(history_path), count=len(records)),
         "",
         f"{'kata':<{width}}  {'best':>5}  {'attempts':>8}  {'last':<9} {'hints':>5}  {'fastest mock':>12}  trend",
     ]
@@ -87,14 +88,24 @@ def progress_text(records: list[dict], catalog: list[Kata], hints: dict[str, int
         when = datetime.fromtimestamp(last.get("ts", 0)).strftime("%Y-%m-%d %H:%M")
         scores = " ".join(f"{m.get('score', 0):.0f}" for m in mocks[-8:])
         lines.append(
-            f"Mock interviews: {len(mocks)}; last {when}: {last.get('passed', 0)} of {len(last.get('katas', []))} pass, "
-            f"score {last.get('score', 0):.0f}. Scores, oldest first: {scores}"
+            tr(
+                "Mock interviews: {count}; last {when}: {passed} of {total} pass, score {score:.0f}. "
+                "Scores, oldest first: {scores}",
+                count=len(mocks),
+                when=when,
+                passed=last.get("passed", 0),
+                total=len(last.get("katas", [])),
+                score=last.get("score", 0),
+                scores=scores,
+            )
         )
     else:
-        lines.append("No mock interview yet: make mock")
+        lines.append(tr("No mock interview yet: make mock"))
     lines.append(
-        "best: the highest score graded; attempts: versions of the file graded; trend: recent scores, oldest first;"
-        " all from your katas/ files (a mock interview counts only in 'fastest mock')."
+        tr(
+            "best: the highest score graded; attempts: versions of the file graded; trend: recent scores, oldest first;"
+            " all from your katas/ files (a mock interview counts only in 'fastest mock')."
+        )
     )
     return "\n".join(lines)
 

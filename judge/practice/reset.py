@@ -10,6 +10,7 @@ from typing import TextIO
 
 from judge.catalog import load_catalog
 from judge.history import history_of
+from judge.language import tr
 from judge.places import Places, shown, write_atomically
 from judge.practice.common import find_kata, fresh_path, stamp
 from judge.stubs import stub_text
@@ -23,7 +24,7 @@ def reset_command(args: argparse.Namespace, places: Places, out: TextIO | None =
     target, stub = places.kata_file(kata.name), stub_text(kata.name)
     current = target.read_text(encoding="utf-8") if target.exists() else None
     if current == stub:
-        print(f"{shown(target)} is already the stub as shipped; nothing to keep.", file=out)
+        print(tr("{path} is already the stub as shipped; nothing to keep.", path=shown(target)), file=out)
         return 0
     kept = None
     if current is not None:
@@ -33,8 +34,8 @@ def reset_command(args: argparse.Namespace, places: Places, out: TextIO | None =
         kept.write_bytes(target.read_bytes())  # first the copy: nothing is lost if the next step fails
         with open(kept, "rb") as file:
             os.fsync(file.fileno())
-        print(f"Kept your attempt: {shown(kept)}", file=out)
+        print(tr("Kept your attempt: {path}", path=shown(kept)), file=out)
     write_atomically(target, stub)
     history_of(places).append({"ts": now, "event": "reset", "kata": kata.name, "kept": str(kept) if kept else None})
-    print(f"Restored {shown(target)} to the stub as shipped.", file=out)
+    print(tr("Restored {path} to the stub as shipped.", path=shown(target)), file=out)
     return 0

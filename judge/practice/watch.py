@@ -16,6 +16,7 @@ from judge.catalog import load_catalog
 from judge.engines import ProcessEngine, make_engine
 from judge.errors import UsageError
 from judge.history import History, history_of
+from judge.language import tr
 from judge.places import Places, fingerprint, shown
 from judge.practice.common import colour_enabled, find_kata, verdict_block
 from judge.protocol import KataResult
@@ -82,7 +83,13 @@ class Watcher:
             if now is None:
                 if before is not None:
                     self.seen[name] = None
-                    self.say(f"{shown(self.path(name))} was removed (make reset KATA={name} brings the stub back)")
+                    self.say(
+                        tr(
+                            "{path} was removed (make reset KATA={name} brings the stub back)",
+                            path=shown(self.path(name)),
+                            name=name,
+                        )
+                    )
                 continue
             if before is not None and now.sha == before.sha:
                 self.seen[name] = now  # touched, or saved unchanged: nothing to grade
@@ -104,7 +111,7 @@ class Watcher:
         fallback = getattr(self.engine, "fallback_reason", "")
         if fallback and not self.fallback_said:
             self.fallback_said = True
-            self.say(f"note: {fallback}")
+            self.say(tr("note: {reason}", reason=fallback))
         latency = None
         if after_save and seen is not None and self.now is time.time:  # seconds from the save to the verdict
             latency = max(0.0, time.time() - seen.mtime_ns / 1e9)
@@ -119,7 +126,8 @@ class Watcher:
         self.on_verdict(result)  # before timing: the verdict is what counts
         if result.status == "pass" and self.timing:
             self.engine.time(result, path)
-            self.say(f"    time vs PyTorch: {format_timing(result.timing) or 'not measured'}")
+            timing = format_timing(result.timing) or tr("not measured")
+            self.say("    " + tr("time vs PyTorch: {timing}", timing=timing))
         return result
 
     def say(self, *lines: str) -> None:
@@ -137,17 +145,23 @@ def watch_command(args: argparse.Namespace, places: Places) -> int:
     names = [find_kata(catalog, args.kata, example="").name] if args.kata else [k.name for k in catalog]
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
     if not places.katas.is_dir():
-        raise UsageError(f"{places.katas}: no such folder of katas")
+        raise UsageError(tr("{folder}: no such folder of katas", folder=places.katas))
     engine = make_engine(args.engine, device=args.device)
-    what = names[0] if args.kata else f"{len(names)} katas"
-    print(f"Loading torch and pytest once ({engine.kind} engine)...", flush=True)
+    what = names[0] if args.kata else tr("{count} katas", count=len(names))
+    print(tr("Loading torch and pytest once ({engine} engine)...", engine=engine.kind), flush=True)
     started = time.perf_counter()
     engine.prepare()
     watcher = Watcher(engine, places.katas, names, seed=seed, history=history_of(places), timing=not args.no_timing)
     try:
         print(
-            f"Watching {what} in {shown(places.katas)}/ (seed {seed}; ready in {time.perf_counter() - started:.1f} s). "
-            "Save a file to grade it; make hint KATA=name when stuck; Ctrl-C stops.",
+            tr(
+                "Watching {what} in {folder}/ (seed {seed}; ready in {seconds:.1f} s). "
+                "Save a file to grade it; make hint KATA=name when stuck; Ctrl-C stops.",
+                what=what,
+                folder=shown(places.katas),
+                seed=seed,
+                seconds=time.perf_counter() - started,
+            ),
             flush=True,
         )
         if args.kata and watcher.path(names[0]).exists():
@@ -157,9 +171,16 @@ def watch_command(args: argparse.Namespace, places: Places) -> int:
         pass
     if watcher.latencies:
         typical = sorted(watcher.latencies)[len(watcher.latencies) // 2]
-        print(f"\nStopped watching: {len(watcher.latencies)} grades, median {typical:.1f} s from save to verdict. Bye!")
+        print(
+            "\n"
+            + tr(
+                "Stopped watching: {count} grades, median {seconds:.1f} s from save to verdict. Bye!",
+                count=len(watcher.latencies),
+                seconds=typical,
+            )
+        )
     else:
-        print("\nStopped watching. Bye!")
+        print("\n" + tr("Stopped watching. Bye!"))
     return 0
 
 

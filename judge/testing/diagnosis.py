@@ -28,7 +28,7 @@ from contextlib import contextmanager
 import torch
 
 from judge.forbidden import ForbiddenCallError
-from judge.language import pick
+from judge.language import pick, tr
 from judge.loading import KataLoadError, TorchStateChanged
 from judge.mutants import MutantError, load_mutants
 from judge.protocol import SEVERAL, SINGLE
@@ -178,10 +178,19 @@ def wrong_kind(got, want) -> str | None:
         return None
     if got.device != want.device:
         if got.is_meta or want.is_meta or torch.equal(got.detach().cpu().double(), want.detach().cpu().double()):
-            return f"the result is made on {got.device}, not on the inputs' device ({want.device}): create new tensors with device= the inputs' device"
+            return tr(
+                "the result is made on {got}, not on the inputs' device ({want}): "
+                "create new tensors with device= the inputs' device",
+                got=got.device,
+                want=want.device,
+            )
         return None
     if got.dtype != want.dtype and torch.allclose(got.detach().double(), want.detach().double(), rtol=1e-2, atol=1e-3):
-        return f"the values are right but the dtype is {got.dtype}, not {want.dtype}: compute in any precision, return the inputs' dtype"
+        return tr(
+            "the values are right but the dtype is {got}, not {want}: compute in any precision, return the inputs' dtype",
+            got=got.dtype,
+            want=want.dtype,
+        )
     return None
 
 
@@ -193,8 +202,10 @@ def constant_factor(got, want, tolerance, sizes) -> str | None:
     if abs(factor - 1) < 1e-3 or not _close(got, factor * want, tolerance):
         return None
     if abs(factor + 1) < 1e-3:
-        return "every value has the opposite sign: a sign is flipped"
-    return f"every value is the expected one times {factor:.4g}{_name_factor(factor, sizes)}"
+        return tr("every value has the opposite sign: a sign is flipped")
+    return tr(
+        "every value is the expected one times {factor:.4g}{named}", factor=factor, named=_name_factor(factor, sizes)
+    )
 
 
 def _name_factor(factor: float, sizes: dict) -> str:
@@ -210,7 +221,9 @@ def _name_factor(factor: float, sizes: dict) -> str:
     plain = [(k, k, n) for k, n in named.items()] + [(f"1/{k}", k, 1 / n) for k, n in named.items()]
     for text, name, value in roots + plain:
         if abs(factor - value) <= 1e-3 * value:
-            return f" = {text} ({name} = {named[name]}): check the scale"
+            return tr(
+                " = {expression} ({name} = {size}): check the scale", expression=text, name=name, size=named[name]
+            )
     return ""
 
 
@@ -219,7 +232,7 @@ def transposed(got, want, tolerance, sizes) -> str | None:
     if got.dim() < 2 or got.shape[-1] != got.shape[-2] or got.shape[-1] < 2:
         return None
     if _close(got.transpose(-2, -1), want, tolerance):
-        return "the result is the expected one transposed: its last two dimensions are swapped"
+        return tr("the result is the expected one transposed: its last two dimensions are swapped")
     return None
 
 
@@ -227,7 +240,7 @@ def inverted_mask(got, want, tolerance, sizes) -> str | None:
     """True exactly where False is expected: the other API's polarity."""
     if got.dtype != torch.bool or not torch.equal(got, ~want):
         return None
-    return "every True should be False and every False True: the mask's polarity is inverted"
+    return tr("every True should be False and every False True: the mask's polarity is inverted")
 
 
 def one_row_right(got, want, tolerance, sizes) -> str | None:
@@ -236,9 +249,12 @@ def one_row_right(got, want, tolerance, sizes) -> str | None:
         return None
     rows = [_close(got[..., i, :], want[..., i, :], tolerance) for i in range(got.shape[-2])]
     if rows[-1] and not any(rows[:-1]):
-        return "only the last row is right: every earlier row (query) sees keys it should not, or misses some (a causal mask missing?)"
+        return tr(
+            "only the last row is right: every earlier row (query) sees keys it should not, or misses some "
+            "(a causal mask missing?)"
+        )
     if rows[0] and not any(rows[1:]):
-        return "only the first row is right: the rows (queries) after it are off (a causal mask misaligned?)"
+        return tr("only the first row is right: the rows (queries) after it are off (a causal mask misaligned?)")
     return None
 
 
@@ -247,7 +263,10 @@ def values_in_wrong_places(got, want, tolerance, sizes) -> str | None:
     if not got.is_floating_point() or got.numel() < 2 or transposed(got, want, tolerance, sizes):
         return None
     if _close(got.flatten().sort().values, want.flatten().sort().values, tolerance):
-        return "the right values in the wrong places: a transpose or reshape mixes up dimensions (heads merged back in the wrong order?)"
+        return tr(
+            "the right values in the wrong places: a transpose or reshape mixes up dimensions "
+            "(heads merged back in the wrong order?)"
+        )
     return None
 
 
@@ -257,7 +276,10 @@ def nan_rows(got, want, tolerance, sizes) -> str | None:
         return None
     nan = torch.isnan(got) & ~torch.isnan(want)
     if nan.any() and torch.equal(nan.all(-1), nan.any(-1)):
-        return "NaN fills whole rows: a softmax over a row whose every key is blocked (mask polarity? padding applied to the queries?)"
+        return tr(
+            "NaN fills whole rows: a softmax over a row whose every key is blocked "
+            "(mask polarity? padding applied to the queries?)"
+        )
     return None
 
 
@@ -267,7 +289,7 @@ def shifted_rows(got, want, tolerance, sizes) -> str | None:
         return None
     shift = (got - want).mean(-1, keepdim=True)
     if _close(got - shift, want, tolerance) and not _close(shift, torch.zeros_like(shift), tolerance):
-        return "off by a constant along each row: right up to a per-row shift"
+        return tr("off by a constant along each row: right up to a per-row shift")
     return None
 
 

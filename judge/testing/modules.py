@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from judge.language import tr
 from judge.testing.checks import (
     Mismatch,
     assert_close,
@@ -453,7 +454,7 @@ def _step_by_step(mk: ModuleKata, built: Built, inputs: dict, kwargs: dict, defi
             for handle in hooks:
                 handle.remove()
         first = next(iter(inputs.values()))
-        findings = []
+        findings, matches = [], []
         for probe in mk.probes:
             args, kw, _ = captured[probe.reference]
             expected = captured[probe.output_of or probe.reference][2]
@@ -474,17 +475,25 @@ def _step_by_step(mk: ModuleKata, built: Built, inputs: dict, kwargs: dict, defi
                 assert_close_where_defined(
                     got, cast(expected), defined, call="", what="output", tolerances=mk.tolerances
                 )
-                findings.append(f"your {probe.learner} matches")
+                findings.append(tr("your {part} matches", part=probe.learner))
+                matches.append(True)
             except AssertionError:
-                findings.append(f"your {probe.learner} differs")
+                findings.append(tr("your {part} differs", part=probe.learner))
+                matches.append(False)
     except Exception:  # noqa: BLE001 - a hint only: the learner's parts may not be callable this way
         return []
     verdict = (
-        "; the slip is in how they are put together (residuals, norms, their order, the feed-forward branch)"
-        if all(f.endswith("matches") for f in findings)
+        tr("; the slip is in how they are put together (residuals, norms, their order, the feed-forward branch)")
+        if all(matches)
         else ""
     )
-    return ["step by step, each part on PyTorch's own inputs to it: " + "; ".join(findings) + verdict]
+    return [
+        tr(
+            "step by step, each part on PyTorch's own inputs to it: {findings}{verdict}",
+            findings=tr("; ").join(findings),
+            verdict=verdict,
+        )
+    ]
 
 
 def check_on_device(mk: ModuleKata, built: Built, case, inputs: dict, device: str, **kwargs) -> None:

@@ -1,0 +1,315 @@
+"""The learner's language (judge/language.py): every text the tools print through tr(...) has a
+Chinese version with the same placeholders, and KATAS_LANG (or the locale) switches the practice
+loop and the grader's prose between English and 简体中文, leaving commands, paths and code as they are."""
+
+import argparse
+import ast
+import io
+import string
+from pathlib import Path
+
+import pytest
+import torch
+
+from judge import advice, reporting
+from judge.catalog import Kata
+from judge.language import language, tr
+from judge.paths import ROOT
+from judge.places import Places
+from judge.practice import common, hint, mock, progress
+from judge.protocol import SEVERAL, SINGLE, KataResult, Status
+from judge.testing import diagnosis
+from judge.texts_zh import ZH
+
+LOCALE_VARIABLES = ("KATAS_LANG", "LC_ALL", "LC_MESSAGES", "LANG")
+
+
+@pytest.fixture
+def chinese(monkeypatch):
+    monkeypatch.setenv("KATAS_LANG", "zh")
+    monkeypatch.setenv("KATAS_VIA_MAKE", "1")
+
+
+@pytest.fixture
+def english(monkeypatch):
+    monkeypatch.setenv("KATAS_LANG", "en")
+    monkeypatch.setenv("KATAS_VIA_MAKE", "1")
+
+
+# --------------------------------------------------------------------------- every template has its translation
+
+
+def tr_calls() -> list[tuple[str, int, ast.expr]]:
+    """(file, line, first argument) of every tr(...) call in judge/."""
+    calls = []
+    for path in sorted((ROOT / "judge").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            called = node.func if isinstance(node, ast.Call) else None
+            name = called.id if isinstance(called, ast.Name) else getattr(called, "attr", None)
+            if name == "tr":
+                where = f"{path.relative_to(ROOT)}:{node.lineno}"
+                calls.append((where, node.lineno, node.args[0] if node.args else None))
+    return calls
+
+
+def placeholders(template: str) -> dict[str, set[str]]:
+    """Each placeholder's name, with the format specs it is written with."""
+    found: dict[str, set[str]] = {}
+    for _, name, spec, conversion in string.Formatter().parse(template):
+        if name is not None:
+            found.setdefault(name, set()).add(f"{spec}!{conversion}")
+    return found
+
+
+def test_the_code_prints_its_texts_through_tr():
+    assert len(tr_calls()) >= 80
+
+
+def test_every_tr_template_is_a_string_literal():
+    bad = [
+        where
+        for where, _, first in tr_calls()
+        if not (isinstance(first, ast.Constant) and isinstance(first.value, str))
+    ]
+    assert not bad, f"tr(...) needs a string literal as its template (the Chinese is looked up by it): {bad}"
+
+
+def test_every_tr_template_has_a_chinese_version_with_the_same_placeholders():
+    missing, different = [], []
+    for where, _, first in tr_calls():
+        if not isinstance(first, ast.Constant):
+            continue
+        template = first.value
+        if template not in ZH:
+            missing.append(f"{where}: {template!r}")
+        elif placeholders(template) != placeholders(ZH[template]):
+            different.append(f"{where}: {template!r} vs {ZH[template]!r}")
+    assert not missing, "judge/texts_zh.py lacks:\n" + "\n".join(missing)
+    assert not different, "placeholders (or their format specs) differ:\n" + "\n".join(different)
+
+
+def test_every_chinese_version_formats_with_the_values_the_english_takes():
+    for template, chinese in ZH.items():
+        values = {
+            name: 1.5 if any(spec and spec[-1] in "fgeEd%" or spec[:1] in ".>" for spec in specs) else "x"
+            for name, specs in placeholders(template).items()
+        }
+        template.format(**values)
+        chinese.format(**values)
+
+
+# --------------------------------------------------------------------------- which language
+
+
+def test_the_chinese_locale_picks_chinese_and_katas_lang_overrides_it(monkeypatch):
+    for variable in LOCALE_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    assert language() == "en"
+    monkeypatch.setenv("LANG", "zh_CN.UTF-8")
+    assert language() == "zh" and tr("time is up") == "时间到"
+    monkeypatch.setenv("KATAS_LANG", "en")
+    assert language() == "en" and tr("time is up") == "time is up"
+    monkeypatch.setenv("KATAS_LANG", "zh")
+    monkeypatch.setenv("LANG", "en_US.UTF-8")
+    assert language() == "zh"
+
+
+# --------------------------------------------------------------------------- the grader's table
+
+
+def graded() -> list[KataResult]:
+    failure = {"name": "matches the reference", "message": "causal_mask(5) returned a wrong mask"}
+    return [
+        KataResult(
+            "causal_mask", Status.FAIL, 0.5, 2, 4, "2 of 4 tests failed", [failure], diagnosis=[SINGLE + "A slip."]
+        ),
+        KataResult("padding_mask", Status.TODO, 0.0, 0, 3, "not started"),
+    ]
+
+
+def grader_table(results: list[KataResult]) -> str:
+    closing = (advice.replay_line(results, 7, single=False), advice.next_step(results, own_katas=True))
+    return reporting.table(results, impl="katas", seed=7, colour=False, timing=True, advice=closing)
+
+
+def test_the_table_speaks_chinese_and_keeps_its_columns_and_commands(chinese):
+    text = grader_table(graded())
+    assert "评测 katas（种子 7）" in text
+    assert "总分：25.0 / 100   （2 道题中 0 道通过）" in text
+    assert "重现这组隐藏形状：make check KATA=causal_mask SEED=7" in text
+    assert "下一步：修改 katas/causal_mask.py（见上文），然后运行 make check KATA=causal_mask" in text
+    assert "卡住了？make hint KATA=causal_mask" in text
+    assert "    看起来像：A slip." in text.splitlines()
+    header = next(line for line in text.splitlines() if line.startswith("kata "))
+    assert "status" in header and "score" in header  # the columns stay aligned: their headers stay English
+
+
+def test_the_table_speaks_english(english):
+    text = grader_table(graded())
+    assert "Grading katas (seed 7)" in text
+    assert "Score: 25.0 / 100   (0 of 2 katas pass)" in text
+    assert "Replay these exact hidden shapes: make check KATA=causal_mask SEED=7" in text
+    assert "Next: fix katas/causal_mask.py (see above), then make check KATA=causal_mask" in text
+    assert "    looks like: A slip." in text.splitlines()
+
+
+def test_a_diagnosis_keeps_its_english_marker_in_the_data_and_shows_it_in_chinese(chinese):
+    assert reporting.shown_diagnosis(SINGLE + "一个错误。") == "看起来像：一个错误。"
+    assert reporting.shown_diagnosis(SEVERAL + "A / B") == "看起来像以下之一：A / B"
+    assert reporting.shown_diagnosis("off by a constant") == "off by a constant"
+    assert graded()[0].diagnosis == ["looks like: A slip."]
+
+
+def test_a_pattern_signature_is_written_in_the_learners_language(chinese, monkeypatch):
+    rows = torch.arange(12, dtype=torch.float64).reshape(3, 4) / 7 - 0.5
+    tolerance = {"rtol": 1e-7, "atol": 1e-7}
+    assert diagnosis.constant_factor(-rows, rows, tolerance, {}) == "每个值的符号都反了：某处符号写反了"
+    assert "（E = 16）：检查缩放系数" in diagnosis.constant_factor(rows * 4, rows, tolerance, {"E": 16})
+    monkeypatch.setenv("KATAS_LANG", "en")
+    assert (
+        diagnosis.constant_factor(-rows, rows, tolerance, {}) == "every value has the opposite sign: a sign is flipped"
+    )
+
+
+# --------------------------------------------------------------------------- the practice loop
+
+
+def watch_block(latency: float | None = 0.4) -> str:
+    return "\n".join(common.verdict_block(graded()[0], label="causal_mask", seed=7, colour=False, latency=latency))
+
+
+def test_a_watch_verdict_speaks_chinese(chinese):
+    text = watch_block()
+    assert text.startswith("causal_mask: fail  2/4 个测试通过  （保存后 0.4 秒出判定）")
+    assert "    第一个失败的检查：matches the reference: causal_mask(5) returned a wrong mask" in text
+    assert "    看起来像：A slip." in text
+    assert "    （隐藏形状来自种子 7：重启之前保持不变）" in text
+
+
+def test_a_watch_verdict_speaks_english(english):
+    text = watch_block()
+    assert text.startswith("causal_mask: fail  2/4 tests  (verdict 0.4 s after the save)")
+    assert "    first failing check: matches the reference" in text and "    looks like: A slip." in text
+    assert "(hidden shapes from seed 7: the same until you restart)" in text
+
+
+CAUSAL_MASK = Kata(
+    name="causal_mask",
+    title="Causal (subsequent) mask",
+    difficulty=1,
+    minutes=5,
+    reference="nn.Transformer.generate_square_subsequent_mask(n) == -inf",
+    hints=["Look at torch.triu.", "Mask the future: above the diagonal.", "torch.triu(ones, diagonal=1)"],
+    title_zh="因果（后续）掩码",
+    hints_zh=["看看 torch.triu。", "屏蔽未来：对角线上方。", "torch.triu(ones, diagonal=1)"],
+)
+
+
+@pytest.fixture
+def a_catalog(monkeypatch):
+    """A catalog whose kata has its title and hints in both languages, as info.toml gives them."""
+    monkeypatch.setattr(hint, "load_catalog", lambda: [CAUSAL_MASK])
+    return [CAUSAL_MASK]
+
+
+def ask_hint(tmp_path: Path) -> str:
+    out = io.StringIO()
+    places = Places(tmp_path / "katas", tmp_path / "state")
+    assert hint.hint_command(argparse.Namespace(kata="causal_mask"), places, out=out, now=1_800_000_000) == 0
+    return out.getvalue()
+
+
+def test_a_hint_shows_the_chinese_title_and_hint(chinese, a_catalog, tmp_path):
+    first = ask_hint(tmp_path)
+    assert "causal_mask（因果（后续）掩码）的第 1 条提示，共 3 条：" in first
+    assert "  1. 看看 torch.triu。" in first and "（还有 2 条：make hint KATA=causal_mask）" in first
+    ask_hint(tmp_path)
+    assert "（这是最后一条提示）" in ask_hint(tmp_path)
+    assert "causal_mask 没有更多提示了：全部 3 条都在下面。下一步：make diff KATA=causal_mask" in ask_hint(tmp_path)
+
+
+def test_a_hint_shows_the_english_title_and_hint(english, a_catalog, tmp_path):
+    first = ask_hint(tmp_path)
+    assert "Hint 1 of 3 for causal_mask (Causal (subsequent) mask):" in first
+    assert "  1. Look at torch.triu." in first and "(2 more: make hint KATA=causal_mask)" in first
+
+
+HISTORY = [
+    {"event": "grade", "kata": "causal_mask", "source": "watch", "sha": "a", "status": "fail", "score": 0.5},
+    {
+        "event": "mock",
+        "ts": 1_800_000_000,
+        "mock": "m",
+        "passed": 1,
+        "score": 100.0,
+        "katas": [{"kata": "causal_mask", "status": "pass", "solve_s": 250.0}],
+    },
+]
+
+
+def test_progress_speaks_chinese(chinese, tmp_path):
+    text = progress.progress_text(HISTORY, [CAUSAL_MASK], {"causal_mask": 1}, tmp_path / "history.jsonl")
+    assert "练习进度，来自" in text and "（2 条记录）" in text
+    assert "模拟面试：1 次；" in text and "1 道题中 1 道通过，得分 100。" in text
+    assert "best：评测过的最高分" in text
+    assert "还没有历史记录" in progress.progress_text([], [CAUSAL_MASK], {}, tmp_path / "history.jsonl")
+
+
+def test_progress_speaks_english(english, tmp_path):
+    text = progress.progress_text(HISTORY, [CAUSAL_MASK], {"causal_mask": 1}, tmp_path / "history.jsonl")
+    assert "(2 records)" in text and "Mock interviews: 1;" in text and "1 of 1 pass, score 100." in text
+    assert "No history yet" in progress.progress_text([], [CAUSAL_MASK], {}, tmp_path / "history.jsonl")
+
+
+REPORT = {
+    "mock": "20261121-101500",
+    "seed": 42,
+    "minutes": 50.0,
+    "elapsed_s": 3000.0,
+    "reason": "time is up",
+    "passed": 1,
+    "score": 92.0,
+    "katas": [
+        {
+            "kata": "causal_mask",
+            "status": "pass",
+            "best_score": 1.0,
+            "first_pass_s": 245.0,
+            "solve_s": 245.0,
+            "suggested_minutes": 5,
+            "vs_suggested": 0.82,
+            "hints": 1,
+        },
+        {
+            "kata": "multi_head_attention",
+            "status": "fail",
+            "best_score": 0.84,
+            "first_pass_s": None,
+            "solve_s": None,
+            "suggested_minutes": 30,
+            "vs_suggested": None,
+            "hints": 2,
+        },
+    ],
+}
+
+
+def test_the_mock_report_and_task_list_speak_chinese(chinese, tmp_path):
+    text = mock.report_text(REPORT)
+    assert "模拟面试 20261121-101500 报告：时间到，用时 50:00，限时 50:00（种子 42）" in text
+    assert "2 道题中 1 道通过；得分 92 / 100（每道题取面试期间的最好成绩）。" in text
+    assert "took：从上一道题首次通过" in text
+    plan = mock.MockPlan("x", tmp_path, 3, ["causal_mask"], 5.0, 0.0)
+    tasks = mock.task_list(plan, [CAUSAL_MASK])
+    assert "模拟面试 x：1 道题，限时 5:00（种子 3）" in tasks
+    assert "  1. causal_mask  ★☆☆☆☆    5 分钟  因果（后续）掩码" in tasks
+    assert "卡住了？make hint KATA=name（计入报告）。" in tasks
+
+
+def test_the_mock_report_and_task_list_speak_english(english, tmp_path):
+    text = mock.report_text(REPORT)
+    assert "Mock interview 20261121-101500 report: time is up after 50:00 of 50:00 (seed 42)" in text
+    assert "1 of 2 pass; score 92 / 100 (the best score of each kata during the interview)." in text
+    plan = mock.MockPlan("x", tmp_path, 3, ["causal_mask"], 5.0, 0.0)
+    assert "  1. causal_mask  ★☆☆☆☆    5 min  Causal (subsequent) mask" in mock.task_list(plan, [CAUSAL_MASK])
