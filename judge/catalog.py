@@ -21,7 +21,7 @@ from judge.paths import INFO, SOLUTIONS
 
 NAME = re.compile(r"[a-z][a-z0-9_]*")
 FIELDS = {"name": str, "title": str, "difficulty": int, "minutes": int, "reference": str, "hints": list}
-OPTIONAL = {"title_zh": str, "hints_zh": list, "reference_zh": str}
+OPTIONAL = {"title_zh": str, "hints_zh": list, "reference_zh": str, "time_limit": int, "test_timeout": int}
 
 
 class CatalogError(UsageError):
@@ -39,6 +39,8 @@ class Kata:
     title_zh: str | None = None
     hints_zh: list[str] | None = None
     reference_zh: str | None = None
+    time_limit: int | None = None  # seconds for the kata's whole run, when the default is too short
+    test_timeout: int | None = None  # seconds for one of its tests (a training test, say)
 
     @property
     def shown_title(self) -> str:

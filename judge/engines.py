@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from judge.isolation import ProcessEnd, crash_details, log_tail, run_forked, run_process, thread_count
-from judge.limits import DEFAULT, Limits
+from judge.limits import DEFAULT, Limits, limits_for
 from judge.paths import ROOT, test_file
 from judge.protocol import KataResult, Timing, read_events
 from judge.verdicts import classify
@@ -94,7 +94,11 @@ class ProcessEngine:
     def prepare(self) -> None:
         pass
 
-    def grade(self, name: str, path: Path, seed: int, *, first_failure: bool = False) -> KataResult:
+    def grade(
+        self, name: str, path: Path, seed: int, *, first_failure: bool = False, limits: Limits | None = None
+    ) -> KataResult:
+        """`limits`: this grade's own, else the engine's raised to what the kata declares it needs."""
+        limits = limits or limits_for(name, self.limits)
         with tempfile.TemporaryDirectory(prefix=f"kata-{name}-") as scratch:
             results, log = Path(scratch) / "results.jsonl", Path(scratch) / "output.log"
             args = pytest_args(
@@ -103,11 +107,11 @@ class ProcessEngine:
                 seed=seed,
                 device=self.device,
                 results=results,
-                limits=self.limits,
+                limits=limits,
                 first_failure=first_failure,
             )
-            end = self.run(args, log, results, self.limits.time_limit, self.limits.test_timeout)
-            return classify(name, read_events(results), end, crash_details(log, path), self.limits)
+            end = self.run(args, log, results, limits.time_limit, limits.test_timeout)
+            return classify(name, read_events(results), end, crash_details(log, path), limits)
 
     def time(self, result: KataResult, path: Path) -> None:
         """Time a passing kata against its reference: result.timing gets the figures, or an error."""

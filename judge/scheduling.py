@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from judge.engines import ForkEngine, ProcessEngine, kata_env
-from judge.limits import Limits
+from judge.limits import Limits, limits_for
 from judge.paths import ROOT
 from judge.protocol import KataResult, Status
 
@@ -92,7 +92,7 @@ class Server:
             "seed": seed,
             "first_failure": job.first_failure,
         }
-        answer = self.ask(request, self.limits.time_limit + 30)
+        answer = self.ask(request, limits_for(job.name, self.limits).time_limit + 30)
         return KataResult.from_json(answer)
 
     def time(self, result: KataResult, path: Path) -> None:
@@ -112,7 +112,10 @@ def serve(device: str, limits: Limits, requests, answers) -> None:
         request = json.loads(line)
         if request["op"] == "grade":
             result = engine.grade(
-                request["name"], Path(request["path"]), request["seed"], first_failure=request["first_failure"]
+                request["name"],
+                Path(request["path"]),
+                request["seed"],
+                first_failure=request["first_failure"],
             )
             answer = result.to_json(internal=True)
         else:

@@ -206,7 +206,7 @@ def load_parameters(
                 raise AssertionError(f"{where} has no submodule `{part}`; the kata asks for {asks}")
             owner, walked = child, walked + [part]
         raise AssertionError(
-            f"{built}.{'.'.join(path)} has no parameter `{leaf}` (expected one of shape {list(tensor.shape)})"
+            f"{'.'.join([built, *path])} has no parameter `{leaf}` (expected one of shape {list(tensor.shape)})"
             + ("; with bias=True every Linear and LayerNorm has a bias" if leaf == "bias" else "")
         )
     for name, p in have.items():
