@@ -1,4 +1,4 @@
-"""Kata: the causal ("subsequent") mask of a decoder."""
+"""Kata【因果掩码（后续位置掩码）】: the causal ("subsequent") mask of a decoder."""
 
 import torch
 from torch import Tensor

@@ -1,4 +1,4 @@
-"""Kata: a Transformer decoder layer, the module behind nn.TransformerDecoderLayer (batch-first)."""
+"""Kata【Transformer 解码器层（自注意力、交叉注意力、前馈网络）】: a Transformer decoder layer, the module behind nn.TransformerDecoderLayer (batch-first)."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Kata: a Transformer encoder layer, the module behind nn.TransformerEncoderLayer (batch-first)."""
+"""Kata【Transformer 编码器层（post-norm 与 pre-norm）】: a Transformer encoder layer, the module behind nn.TransformerEncoderLayer (batch-first)."""
 
 import math
 

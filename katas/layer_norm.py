@@ -1,4 +1,4 @@
-"""Kata: layer normalisation, its forward as F.layer_norm and its backward pass by hand."""
+"""Kata【层归一化：前向同 F.layer_norm，反向手写】: layer normalisation, its forward as F.layer_norm and its backward pass by hand."""
 
 import torch
 from torch import Tensor

@@ -1,4 +1,4 @@
-"""Kata: multi-head attention, the module behind nn.MultiheadAttention (batch-first)."""
+"""Kata【多头注意力模块】: multi-head attention, the module behind nn.MultiheadAttention (batch-first)."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Kata: RMSNorm, the root-mean-square normalisation of Llama-style decoders, as nn.RMSNorm."""
+"""Kata【RMSNorm（均方根层归一化，同 nn.RMSNorm）】: RMSNorm, the root-mean-square normalisation of Llama-style decoders, as nn.RMSNorm."""
 
 import torch
 from torch import Tensor, nn

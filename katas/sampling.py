@@ -1,4 +1,4 @@
-"""Kata: next-token sampling: temperature, top-k and top-p (nucleus) filtering, as Hugging Face's logits warpers."""
+"""Kata【下一个 token 采样：温度、top-k、top-p（核采样）】: next-token sampling: temperature, top-k and top-p (nucleus) filtering, as Hugging Face's logits warpers."""
 
 import torch
 from torch import Tensor

@@ -1,4 +1,4 @@
-"""Kata: softmax and log-softmax along any dim, numerically stable, as F.softmax and F.log_softmax."""
+"""Kata【沿任意维的 softmax 与 log-softmax（数值稳定）】: softmax and log-softmax along any dim, numerically stable, as F.softmax and F.log_softmax."""
 
 import torch
 from torch import Tensor

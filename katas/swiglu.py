@@ -1,4 +1,4 @@
-"""Kata: the SwiGLU feed-forward block of Llama (a SiLU-gated linear unit)."""
+"""Kata【SwiGLU 前馈网络（Llama 的 MLP）】: the SwiGLU feed-forward block of Llama (a SiLU-gated linear unit)."""
 
 import torch.nn.functional as F
 from torch import Tensor, nn

@@ -1,4 +1,4 @@
-"""Kata: the backward pass of scaled dot-product attention, by hand (no autograd)."""
+"""Kata【手写注意力反向传播（不用 autograd）】: the backward pass of scaled dot-product attention, by hand (no autograd)."""
 
 import math
 

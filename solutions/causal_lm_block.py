@@ -1,4 +1,4 @@
-"""Kata: a GPT-2 style decoder-only block: pre-norm causal self-attention, then a GELU MLP."""
+"""Kata【GPT-2 风格的 decoder-only 块（pre-norm，因果）】: a GPT-2 style decoder-only block: pre-norm causal self-attention, then a GELU MLP."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Kata: cross-entropy over class indices, from the logits, as F.cross_entropy."""
+"""Kata【基于 logits 的交叉熵（ignore_index、标签平滑、reduction）】: cross-entropy over class indices, from the logits, as F.cross_entropy."""
 
 import torch
 from torch import Tensor

@@ -1,4 +1,4 @@
-"""Kata: FlashAttention's forward pass: attention by the online softmax, one block of keys at a time."""
+"""Kata【FlashAttention 前向：在线 softmax，每次处理一个键块】: FlashAttention's forward pass: attention by the online softmax, one block of keys at a time."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Kata: grouped-query attention (GQA), the self-attention of Llama 2/3 and Mistral: fewer
+"""Kata【分组查询注意力 GQA（每组查询头共享 kv 头）】: grouped-query attention (GQA), the self-attention of Llama 2/3 and Mistral: fewer
 key/value heads than query heads, each shared by a group of consecutive query heads."""
 
 import math

@@ -1,4 +1,4 @@
-"""Kata: a KV cache for incremental decoding, with causal grouped-query self-attention and RoPE."""
+"""Kata【增量解码的 KV 缓存（带 RoPE 的分组查询注意力）】: a KV cache for incremental decoding, with causal grouped-query self-attention and RoPE."""
 
 import math
 

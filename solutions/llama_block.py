@@ -1,4 +1,4 @@
-"""Kata: a Llama decoder block: RMSNorm, grouped-query causal self-attention with rotary
+"""Kata【Llama 解码器块（RMSNorm、带 RoPE 的 GQA、SwiGLU）】: a Llama decoder block: RMSNorm, grouped-query causal self-attention with rotary
 positions (RoPE), and a SwiGLU feed-forward, each inside a pre-norm residual branch."""
 
 import math

@@ -1,4 +1,4 @@
-"""Kata: a key-padding mask from sequence lengths."""
+"""Kata【根据长度构造键填充掩码】: a key-padding mask from sequence lengths."""
 
 import torch
 from torch import Tensor

@@ -1,4 +1,4 @@
-"""Kata: sinusoidal positional encoding ("Attention Is All You Need", section 3.5)."""
+"""Kata【正弦位置编码】: sinusoidal positional encoding ("Attention Is All You Need", section 3.5)."""
 
 import torch
 from torch import Tensor

@@ -1,4 +1,4 @@
-"""Kata: rotary position embedding (RoPE), as in RoFormer, GPT-NeoX and Llama."""
+"""Kata【旋转位置编码 RoPE（两种布局）】: rotary position embedding (RoPE), as in RoFormer, GPT-NeoX and Llama."""
 
 import torch
 from torch import Tensor

@@ -1,4 +1,4 @@
-"""Kata: scaled dot-product attention, returning the attention weights too."""
+"""Kata【带掩码的缩放点积注意力】: scaled dot-product attention, returning the attention weights too."""
 
 import math
 

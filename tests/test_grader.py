@@ -106,12 +106,13 @@ def test_bad_input_is_one_line_and_exit_2(args, words):
     assert len(lines) == 1 and words in lines[0], run.stderr
 
 
-def test_readme_kata_table_matches_info_toml():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    start, end = readme.index("<!-- kata-table"), readme.index("<!-- /kata-table -->")
-    shown = readme[start:end].split("\n", 1)[1].strip()
-    assert shown == kata_table(load_catalog()), (
-        "README's kata table is out of date: paste the output of `python grader.py table`"
+@pytest.mark.parametrize("readme, lang", [("README.md", "en"), ("README.zh-CN.md", "zh")])
+def test_readme_kata_table_matches_info_toml(readme, lang):
+    text = (ROOT / readme).read_text(encoding="utf-8")
+    start, end = text.index("<!-- kata-table"), text.index("<!-- /kata-table -->")
+    shown = text[start:end].split("\n", 1)[1].strip()
+    assert shown == kata_table(load_catalog(), lang), (
+        f"{readme}'s kata table is out of date: paste the output of `python grader.py table --lang {lang}`"
     )
 
 

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from judge import advice, reporting
-from judge.catalog import Kata
+from judge.catalog import Kata, load_catalog
 from judge.language import language, tr
+from judge.mutants import load_mutants
 from judge.paths import ROOT
 from judge.places import Places
 from judge.practice import common, hint, mock, progress
@@ -313,3 +314,24 @@ def test_the_mock_report_and_task_list_speak_english(english, tmp_path):
     assert "1 of 2 pass; score 92 / 100 (the best score of each kata during the interview)." in text
     plan = mock.MockPlan("x", tmp_path, 3, ["causal_mask"], 5.0, 0.0)
     assert "  1. causal_mask  ★☆☆☆☆    5 min  Causal (subsequent) mask" in mock.task_list(plan, [CAUSAL_MASK])
+
+
+# --------------------------------------------------------------------------- every kata in both languages
+
+
+@pytest.mark.parametrize("kata", load_catalog(), ids=lambda kata: kata.name)
+def test_every_kata_has_its_title_hints_and_reference_in_chinese(kata):
+    assert kata.title_zh and kata.reference_zh, f"info.toml: {kata.name} needs title_zh and reference_zh"
+    assert kata.hints_zh and len(kata.hints_zh) == len(kata.hints), f"info.toml: {kata.name} needs hints_zh"
+
+
+@pytest.mark.parametrize("kata", load_catalog(), ids=lambda kata: kata.name)
+def test_every_slip_is_explained_in_chinese_too(kata):
+    missing = [m.name for m in load_mutants(kata.name) if not m.why_zh]
+    assert not missing, f"tests/mutants/{kata.name}.toml: why_zh missing for {missing}"
+
+
+@pytest.mark.parametrize("kata", load_catalog(), ids=lambda kata: kata.name)
+def test_every_stub_names_its_chinese_title_in_its_first_line(kata):
+    first = (ROOT / "katas" / f"{kata.name}.py").read_text(encoding="utf-8").splitlines()[0]
+    assert kata.title_zh in first, f"katas/{kata.name}.py's first line should name {kata.title_zh!r}"

@@ -1,0 +1,79 @@
+"""Kata【LoRA：在冻结的 nn.Linear 旁加一个可训练的低秩更新（合并与撤销合并）】: LoRA, a trainable low-rank update beside a frozen nn.Linear (Hu et al., 2021)."""
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+
+class LoRALinear(nn.Module):
+    """A frozen nn.Linear plus a trainable low-rank update:
+    base(x) + (dropout(x) @ lora_A.T @ lora_B.T) * scaling.
+
+    Sizes: in_features and out_features are base's (base.weight is [out_features,
+    in_features]); r is the rank of the update.
+
+    __init__(base, r, alpha=None, dropout=0.0)
+        - raise ValueError when r < 1.
+        - base: an nn.Linear, with or without a bias. Keep it as self.base: the very module
+          passed in, not a copy (merge() changes base.weight in place).
+        - freeze base: base.weight and base.bias (when it has one) get requires_grad=False.
+          The only parameters that require grad are lora_A and lora_B.
+        - lora_A: an nn.Parameter [r, in_features], initialised like nn.Linear's weight:
+          nn.init.kaiming_uniform_(lora_A, a=math.sqrt(5)), which is uniform in
+          [-1/sqrt(in_features), 1/sqrt(in_features)].
+        - lora_B: an nn.Parameter [out_features, r] of zeros, so that at initialisation
+          the output is exactly base(x).
+        - lora_A and lora_B have base.weight's dtype and device (float64, float16, CUDA...).
+        - self.scaling = alpha / r, a Python float; alpha=None means alpha = r (scaling 1.0).
+        - dropout: the probability of zeroing an element of x on the LoRA branch only, in
+          train() mode only (nn.Dropout(dropout), or F.dropout(..., training=self.training));
+          base(x) always sees x as it is, and eval() turns the dropout off.
+        - the grader overwrites lora_A and lora_B with values of its own (as training would)
+          and keeps them under these names.
+
+    forward(x [..., in_features]) -> [..., out_features]
+        - base(x) + (dropout(x) @ lora_A.T @ lora_B.T) * scaling
+        - any leading dimensions, none included ([in_features] alone works).
+        - the output has x's dtype and device; x is not modified. Gradients reach lora_A,
+          lora_B and x (through both paths), never base's parameters.
+        - once merged (below), forward is base(x) alone: the update is inside base.weight.
+
+    merge()
+        - adds scaling * lora_B @ lora_A into base.weight, in place and WITHOUT recording a
+          graph (under torch.no_grad()): base.weight stays a leaf with requires_grad=False.
+        - from then on forward returns base(x) alone (the same result, one matmul).
+        - merging a merged module again does nothing.
+
+    unmerge()
+        - subtracts scaling * lora_B @ lora_A from base.weight again (also without a
+          graph): base.weight is back to what it was, up to rounding, and forward adds the
+          low-rank branch again.
+        - unmerging a module that is not merged does nothing.
+    """
+
+    def __init__(self, base: nn.Linear, r: int, alpha: float | None = None, dropout: float = 0.0):
+        super().__init__()
+        # TODO: raise ValueError when r < 1.
+        # TODO: keep base itself (not a copy) and freeze its weight and bias.
+        # TODO: scaling = alpha / r as a Python float (alpha None means r).
+        # TODO: lora_A [r, in] Kaiming-uniform (a = sqrt(5)), lora_B [out, r] zeros, both
+        # TODO: with base.weight's dtype and device.
+        # TODO: dropout on the LoRA branch's input, active in train() only.
+        raise NotImplementedError
+
+    def forward(self, x: Tensor) -> Tensor:
+        # TODO: the frozen base sees x as it is.
+        # TODO: once merged, the update is already inside base.weight.
+        # TODO: add the low-rank branch: dropout(x), down to r with lora_A, up with lora_B, scaled.
+        raise NotImplementedError
+
+    def merge(self) -> None:
+        # TODO: a no-op when already merged.
+        # TODO: base.weight += scaling * lora_B @ lora_A, recording no graph.
+        raise NotImplementedError
+
+    def unmerge(self) -> None:
+        # TODO: a no-op unless merged.
+        # TODO: base.weight -= scaling * lora_B @ lora_A, recording no graph.
+        raise NotImplementedError

@@ -1,0 +1,128 @@
+"""Kata【稀疏混合专家（MoE）：Mixtral 的 top-k 路由与负载均衡损失】: a sparse mixture-of-experts layer (Mixtral's top-k routing of SwiGLU experts) and its load-balancing loss."""
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class Expert(nn.Module):
+    """One SwiGLU expert: down_proj(silu(gate_proj(x)) * up_proj(x)), no biases.
+
+    gate_proj, up_proj: nn.Linear(d_model, d_ff, bias=False); down_proj: nn.Linear(d_ff,
+    d_model, bias=False). silu(z) = z * sigmoid(z) (F.silu), on gate_proj(x) only.
+    forward(x [n, C]) -> [n, C], for any number n of tokens (0 included).
+    """
+
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        ### BEGIN SOLUTION
+        # TODO: gate_proj and up_proj (d_model -> d_ff), down_proj (d_ff -> d_model), no bias.
+        self.gate_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=False)
+        ### END SOLUTION
+
+    def forward(self, x: Tensor) -> Tensor:
+        ### BEGIN SOLUTION
+        # TODO: SiLU on the gate, times the up projection, projected back down.
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))  # (n, C)
+        ### END SOLUTION
+
+
+class MoELayer(nn.Module):
+    """A sparse mixture of SwiGLU experts with Mixtral's top-k routing.
+
+    Sizes: B batch, T length, C = d_model, E = num_experts, k = top_k, N = B * T tokens.
+
+    __init__(d_model, d_ff, num_experts, top_k=2)
+        - raise ValueError unless 1 <= top_k <= num_experts.
+        - submodules, named as the grader copies weights into them (nn.Linear layout,
+          weight [out, in], no bias anywhere):
+            router:  nn.Linear(d_model, num_experts, bias=False)
+            experts: nn.ModuleList of num_experts DIFFERENT Expert(d_model, d_ff) modules,
+                     each with gate_proj, up_proj (d_model -> d_ff) and down_proj (d_ff -> d_model)
+          so the parameters are router.weight and experts.{e}.{gate,up,down}_proj.weight.
+
+    forward(x [B, T, C]) -> (y [B, T, C], router_logits [N, E])
+        - the tokens are x.reshape(N, C): token b * T + t is x[b, t].
+        - router_logits = router(tokens), returned as they are (before any softmax), in x's
+          dtype, one row per token in that order.
+        - routing, as Mixtral: probabilities = softmax of router_logits over the experts,
+          computed in float32 or better (float32 for half-precision x; float32 or float64 for
+          float64 x); keep each token's top_k largest; renormalise those k to sum to 1.
+        - y[token] = sum over its k chosen experts e of weight[token, e] * experts[e](token).
+        - sparse: each expert is called as a module, self.experts[e](rows), on the tokens
+          routed to it ONLY (so each token passes through exactly top_k experts); an expert
+          that no token chose may be skipped or called on 0 rows. Never run every expert on
+          every token (the grader counts the rows each expert module receives).
+        - y has x's dtype and device; x is not modified. Values and gradients are judged.
+        - Ties between routing probabilities do not occur in the tests.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, num_experts: int, top_k: int = 2):
+        super().__init__()
+        ### BEGIN SOLUTION
+        # TODO: raise ValueError unless 1 <= top_k <= num_experts.
+        if not 1 <= top_k <= num_experts:
+            raise ValueError(f"top_k ({top_k}) must be between 1 and num_experts ({num_experts})")
+        self.num_experts, self.top_k = num_experts, top_k
+        # TODO: the router (d_model -> num_experts, no bias) and num_experts distinct experts.
+        self.router = nn.Linear(d_model, num_experts, bias=False)
+        self.experts = nn.ModuleList([Expert(d_model, d_ff) for _ in range(num_experts)])
+        ### END SOLUTION
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        ### BEGIN SOLUTION
+        B, T, C = x.shape
+        tokens = x.reshape(B * T, C)  # (N, C)
+        # TODO: router logits per token, then a softmax over the experts in float32 or better.
+        router_logits = self.router(tokens)  # (N, E)
+        probs = F.softmax(router_logits, dim=-1, dtype=torch.promote_types(x.dtype, torch.float32))  # (N, E)
+        # TODO: keep the top_k largest per token and renormalise them to sum to 1.
+        weights, selected = probs.topk(self.top_k, dim=-1)  # (N, k), (N, k)
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+        weights = weights.to(x.dtype)
+        # TODO: run each expert on its own tokens only; add its weighted output back to those rows.
+        y = torch.zeros_like(tokens)  # (N, C)
+        for e, expert in enumerate(self.experts):
+            token_idx, slot = torch.where(selected == e)  # the tokens that chose e, and in which slot
+            if token_idx.numel() == 0:
+                continue
+            out = expert(tokens[token_idx])  # (n_e, C)
+            y = y.index_add(0, token_idx, out * weights[token_idx, slot, None])
+        return y.view(B, T, C), router_logits
+        ### END SOLUTION
+
+
+def load_balancing_loss(router_logits: Tensor, num_experts: int, top_k: int) -> Tensor:
+    """Mixtral's auxiliary load-balancing loss for one layer's router logits.
+
+    router_logits [N, num_experts] (what MoELayer returns) -> a 0-d tensor:
+
+        loss = num_experts * sum over j < top_k, e < num_experts of f[j, e] * P[e]
+
+    - probabilities = softmax of router_logits over the experts (dim -1), in float32 or
+      better, as in MoELayer; each token's top_k experts are the top_k largest of them.
+    - f[j, e]: the fraction of the N tokens whose j-th choice (j = 0 the largest) is expert
+      e. Summed over j, it is the fraction of tokens that chose e at all; it carries no
+      gradient (a count).
+    - P[e]: the mean over the N tokens of the probability of expert e (all experts, before
+      any top-k): the gradient flows to router_logits through P only.
+    - evenly spread routing gives top_k; the loss is returned in router_logits' dtype,
+      on its device; router_logits is not modified.
+    - raise ValueError unless 1 <= top_k <= num_experts.
+    As Hugging Face's load_balancing_loss_func for one layer and no attention mask.
+    """
+    ### BEGIN SOLUTION
+    # TODO: raise ValueError unless 1 <= top_k <= num_experts.
+    if not 1 <= top_k <= num_experts:
+        raise ValueError(f"top_k ({top_k}) must be between 1 and num_experts ({num_experts})")
+    # TODO: the probabilities (float32 or better) and each token's top_k experts, in order.
+    probs = F.softmax(router_logits, dim=-1, dtype=torch.promote_types(router_logits.dtype, torch.float32))
+    selected = probs.topk(top_k, dim=-1).indices  # (N, k)
+    # TODO: f [k, E]: the fraction of tokens whose j-th choice is e; P [E]: the mean probability.
+    experts = torch.arange(num_experts, device=router_logits.device)
+    f = (selected[..., None] == experts).to(probs.dtype).mean(dim=0)  # (N, k, E) one-hot -> (k, E)
+    P = probs.mean(dim=0)  # (E,)
+    return (num_experts * (f * P).sum()).to(router_logits.dtype)
+    ### END SOLUTION
