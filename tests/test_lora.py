@@ -45,7 +45,6 @@ from judge.testing import modules
 from judge.testing.checks import (
     Mismatch,
     assert_close,
-    assert_prints_nothing,
     assert_raises_value_error,
     call_and_check_inputs,
     call_on_device,
@@ -996,13 +995,3 @@ def test_results_follow_the_device_of_the_base_and_the_inputs(kata, rng, gen, ot
         check(built, x)  # fully, with the tolerance for the size of the output's terms
     else:
         modules.check_on_device(LORA, built, case, x, other_device)
-
-
-def test_prints_nothing(kata, rng, gen, capfd):
-    case = Case("random draw", CASES.draw(rng, 1)[0])
-    built = build(kata, gen, case)
-    x = inputs(gen, case)
-    modules.call(LORA, built, x)
-    built.module.merge()
-    built.module.unmerge()
-    assert_prints_nothing(capfd, f"{built.name}(...), merge() or unmerge()")

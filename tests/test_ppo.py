@@ -31,7 +31,6 @@ from judge.forbidden import NONE
 from judge.testing.checks import (
     Mismatch,
     assert_close,
-    assert_prints_nothing,
     call_and_check_inputs,
     call_on_device,
     call_repr,
@@ -644,11 +643,3 @@ def test_does_not_modify_its_inputs(kata, rng, gen):
                 call_gae(kata, rollout)
             with SPEC.diagnosing(loss_replay(batch), counted(batch)):
                 call_loss(kata, batch)
-
-
-def test_prints_nothing(kata, gen, capfd):
-    case = {"B": 2, "T": 3, "padding_row": False}
-    rollout, batch = make_rollout(gen, case, torch.float32), make_batch(gen, case, torch.float32)
-    kata.gae(*(rollout[k] for k in GAE_INPUTS))
-    kata.ppo_clip_loss(*(batch[k] for k in LOSS_INPUTS))
-    assert_prints_nothing(capfd, "gae(...) or ppo_clip_loss(...)")
