@@ -1,0 +1,125 @@
+"""Kata【DPO：序列对数概率与 sigmoid 偏好损失】: Direct Preference Optimization (DPO): sequence log-probabilities and the sigmoid loss, as TRL's."""
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def sequence_log_probs(logits: Tensor, labels: Tensor, ignore_index: int = -100) -> Tensor:
+    """Return the summed log-probability of each sequence's labels under `logits`, [B].
+
+    A causal language model's logits at position t predict the token at t + 1, so the
+    logits and the labels are SHIFTED by one before they are compared:
+
+        log_p  = log_softmax(logits[:, :-1], over the vocabulary)     # (B, T - 1, V)
+        result = sum over t of log_p[b, t, labels[b, t + 1]],
+                 for every t whose label labels[b, t + 1] != ignore_index
+
+    The first label (labels[:, 0]) is never predicted; the last logits (logits[:, -1])
+    predict nothing.
+
+    Shapes and conventions:
+        - logits [B, T, V] (B sequences of T positions, a vocabulary of V tokens), labels
+          [B, T] of int64 token ids in [0, V), or ignore_index where a position is left out
+          (the prompt, the padding): it contributes nothing. ignore_index may be any int (a
+          legal token id too); an ignored label is ignore_index itself, which need not be a
+          valid index (-100): never index (gather) with it.
+        - Returns [B]: a sequence with nothing to predict (T = 1, or every shifted label
+          ignored) gives 0. V = 1 is allowed (every log-probability is then 0).
+        - Logits as large as 1e4 in magnitude are judged: take log-probabilities stably
+          (a log-softmax, never log(softmax(...)), whose small probabilities underflow to
+          0 and their log to -inf). Errors compatible with float32 arithmetic at the
+          logits' magnitude are accepted (float64's for float64 logits).
+        - dtypes: float16 and bfloat16 logits are computed in float32 (or better) and the
+          result returned in the logits' dtype; float32 in float32; float64 in float64
+          (never through float32). The result is on the logits' device.
+        - Gradients flow back to `logits` as autograd through the formula gives them; the
+          inputs are never modified; nothing is printed.
+        - Every PyTorch function may be used (F.log_softmax, torch.logsumexp, gather,
+          F.cross_entropy...).
+
+    Example:
+        >>> logits = torch.tensor([[[0.0, 0.0], [2.0, 0.0], [0.0, 0.0]]])
+        >>> sequence_log_probs(logits, torch.tensor([[-100, 1, 0]]))  # log(1/2) + log(e^2 / (e^2 + 1))
+        tensor([-0.8201])
+    """
+    ### BEGIN SOLUTION
+    # TODO: half precision is computed in float32, float32 and float64 in their own dtype.
+    compute = torch.float32 if logits.dtype in (torch.float16, torch.bfloat16) else logits.dtype
+    # TODO: shift: the logits at t predict the label at t + 1 (drop the last logits and the first label).
+    shifted_logits = logits[:, :-1, :].to(compute)  # (B, T - 1, V)
+    shifted_labels = labels[:, 1:]  # (B, T - 1)
+    # TODO: ignored labels (any value, -100 included) must not be used as indices: replace them first.
+    keep = shifted_labels != ignore_index  # (B, T - 1)
+    safe_labels = shifted_labels.masked_fill(~keep, 0)  # (B, T - 1), a valid token everywhere
+    # TODO: log p(label) = its logit - logsumexp over the vocabulary (a log-softmax, gathered at each label).
+    picked = shifted_logits.gather(-1, safe_labels.unsqueeze(-1)).squeeze(-1)  # (B, T - 1)
+    per_token = picked - torch.logsumexp(shifted_logits, dim=-1)  # (B, T - 1): never the whole (B, T - 1, V)
+    # TODO: sum over the kept positions only, and return the logits' dtype.
+    per_token = per_token.masked_fill(~keep, 0.0)  # (B, T - 1)
+    return per_token.sum(dim=-1).to(logits.dtype)  # (B,)
+    ### END SOLUTION
+
+
+def dpo_loss(
+    policy_chosen_logps: Tensor,
+    policy_rejected_logps: Tensor,
+    reference_chosen_logps: Tensor,
+    reference_rejected_logps: Tensor,
+    beta: float = 0.1,
+    label_smoothing: float = 0.0,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Return (losses, chosen_rewards, rejected_rewards), each [B]: DPO's sigmoid loss, as in
+    the DPO paper and TRL's DPOTrainer (loss_type="sigmoid").
+
+    The four inputs are [B] sequence log-probabilities (as sequence_log_probs returns them)
+    of B preference pairs: the chosen and the rejected completion under the policy being
+    trained (pi_c, pi_r) and under the frozen reference model (ref_c, ref_r). With
+    beta > 0 and eps = label_smoothing (0 <= eps < 0.5, conservative DPO):
+
+        z                = (pi_c - pi_r) - (ref_c - ref_r)
+        losses           = -logsigmoid(beta * z) * (1 - eps) - logsigmoid(-beta * z) * eps
+        chosen_rewards   = beta * (pi_c - ref_c)     DETACHED
+        rejected_rewards = beta * (pi_r - ref_r)     DETACHED
+
+    Conventions:
+        - losses is per pair (no mean): gradients flow back through it to all four inputs
+          (the reference ones too, as autograd through the formula gives, when they
+          require grad). The rewards are for logging only: they must carry no gradient
+          (requires_grad False, even when the inputs require grad).
+        - |beta * z| as large as 1e3 is judged: the losses and their gradients must stay
+          finite. log(sigmoid(x)) underflows to log(0) = -inf for x below about -88
+          (float32) or -709 (float64): use F.logsigmoid (or an equally stable form).
+          Errors compatible with the dtype's arithmetic at the inputs' magnitude are
+          accepted (z subtracts numbers of several hundreds).
+        - dtypes: the four inputs share one dtype and device. float16 and bfloat16 are
+          computed in float32 (or better: z subtracts log-probabilities of hundreds, whose
+          differences bfloat16 rounds by up to a unit), float32 in float32, float64
+          in float64 (never through float32); the three results have the inputs' dtype
+          and device.
+        - The inputs are never modified; nothing is printed. Every PyTorch function may be
+          used.
+
+    Example:
+        >>> losses, chosen, rejected = dpo_loss(
+        ...     torch.tensor([-10.0]), torch.tensor([-20.0]), torch.tensor([-12.0]), torch.tensor([-18.0]))
+        >>> losses, chosen, rejected  # z = 10 - 6 = 4: -logsigmoid(0.4)
+        (tensor([0.5130]), tensor([0.2000]), tensor([-0.2000]))
+    """
+    ### BEGIN SOLUTION
+    # TODO: half precision is computed in float32, float32 and float64 in their own dtype.
+    dtype = policy_chosen_logps.dtype
+    compute = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    pi_c, pi_r, ref_c, ref_r = (
+        t.to(compute)
+        for t in (policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps)
+    )
+    # TODO: z: the policy's log-ratio of chosen over rejected, minus the reference's.
+    z = (pi_c - pi_r) - (ref_c - ref_r)  # (B,)
+    # TODO: the sigmoid loss with label smoothing, written with a stable log-sigmoid.
+    losses = -F.logsigmoid(beta * z) * (1 - label_smoothing) - F.logsigmoid(-beta * z) * label_smoothing
+    # TODO: the implicit rewards, detached: they are logged, never trained through.
+    chosen_rewards = (beta * (pi_c - ref_c)).detach()  # (B,)
+    rejected_rewards = (beta * (pi_r - ref_r)).detach()  # (B,)
+    return losses.to(dtype), chosen_rewards.to(dtype), rejected_rewards.to(dtype)
+    ### END SOLUTION
