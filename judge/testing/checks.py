@@ -150,16 +150,6 @@ def assert_not_modified(name: str, argument: torch.Tensor, snapshot: torch.Tenso
         raise AssertionError(f"{call} modified its `{name}` argument in place; work on a copy or an out-of-place op")
 
 
-def assert_prints_nothing(capfd, call: str) -> None:
-    """Library code prints nothing: output belongs to the caller."""
-    out, err = capfd.readouterr()
-    if out or err:
-        raise AssertionError(
-            f"{call} printed {(out + err)[:120]!r}{' ...' if len(out + err) > 120 else ''}; "
-            "a library function should print nothing"
-        )
-
-
 def assert_raises_value_error(build, *, call: str, reason: str) -> None:
     """build() must raise ValueError. NotImplementedError (an untouched stub) and the guard's
     refusals propagate as they are."""
