@@ -22,6 +22,10 @@ def check_command(name: str, seed: int | None = None) -> str:
     return f"python grader.py --kata {name}" + (f" --seed {seed}" if seed is not None else "")
 
 
+def hint_command(name: str) -> str:
+    return f"make hint KATA={name}" if via_make() else f"python practice.py hint --kata {name}"
+
+
 def replay_line(results: list[KataResult], seed: int, *, single: bool) -> str | None:
     """How to replay the hidden shapes, only when a verdict may depend on them."""
     shaped = [r for r in results if r.status in SHAPE_DEPENDENT]
@@ -41,13 +45,11 @@ def next_step(results: list[KataResult], *, own_katas: bool) -> str | None:
     broken = [r for r in results if r.status not in (Status.PASS, Status.TODO)]
     if broken:
         name = broken[0].name
-        hint = "make hint" if via_make() else "python practice.py hint --kata"
-        hint = f"{hint} KATA={name}" if via_make() else f"{hint} {name}"
         return tr(
             "Next: fix katas/{name}.py (see above), then {check}; stuck? {hint}",
             name=name,
             check=check_command(name),
-            hint=hint,
+            hint=hint_command(name),
         )
     todo = [r for r in results if r.status == Status.TODO]
     if todo:

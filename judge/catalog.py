@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from judge.errors import UsageError
-from judge.language import language, pick, tr
+from judge.language import pick, tr
 from judge.paths import INFO, SOLUTIONS
 
 NAME = re.compile(r"[a-z][a-z0-9_]*")
@@ -50,7 +50,7 @@ class Kata:
     @property
     def shown_hints(self) -> list[str]:
         """The hints in the learner's language."""
-        return self.hints_zh if self.hints_zh and language() == "zh" else self.hints
+        return pick(self.hints, self.hints_zh)
 
     @property
     def stars(self) -> str:

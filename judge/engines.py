@@ -94,11 +94,9 @@ class ProcessEngine:
     def prepare(self) -> None:
         pass
 
-    def grade(
-        self, name: str, path: Path, seed: int, *, first_failure: bool = False, limits: Limits | None = None
-    ) -> KataResult:
-        """`limits`: this grade's own, else the engine's raised to what the kata declares it needs."""
-        limits = limits or limits_for(name, self.limits)
+    def grade(self, name: str, path: Path, seed: int, *, first_failure: bool = False) -> KataResult:
+        """Under the engine's limits, raised to what the kata declares it needs."""
+        limits = limits_for(name, self.limits)
         with tempfile.TemporaryDirectory(prefix=f"kata-{name}-") as scratch:
             results, log = Path(scratch) / "results.jsonl", Path(scratch) / "output.log"
             args = pytest_args(

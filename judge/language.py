@@ -9,6 +9,9 @@ shapes and numbers is left as it is."""
 from __future__ import annotations
 
 import os
+from typing import TypeVar
+
+T = TypeVar("T")
 
 LANGUAGES = ("en", "zh")
 
@@ -26,10 +29,7 @@ def language() -> str:
 
 def tr(template: str, /, **values) -> str:
     """`template` in the learner's language, filled in with `values`."""
-    if language() == "zh":
-        from judge.texts_zh import ZH
-
-        template = ZH.get(template, template)
+    template = tr_data(template)
     return template.format(**values) if values else template
 
 
@@ -43,6 +43,6 @@ def tr_data(text: str) -> str:
     return text
 
 
-def pick(english: str, chinese: str | None) -> str:
-    """A text that has both versions (a kata's title, a slip's why): the learner's one."""
+def pick(english: T, chinese: T | None) -> T:
+    """What has both versions (a kata's title or hints, a slip's why): the learner's one."""
     return chinese if chinese and language() == "zh" else english

@@ -1,6 +1,7 @@
 """The limits a kata runs under: one place for all of them."""
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 
 @dataclass(frozen=True)
@@ -34,12 +35,26 @@ DEFAULT = Limits()
 def limits_for(kata: str, limits: Limits) -> Limits:
     """`limits` raised to what info.toml declares the kata needs (`time_limit`, `test_timeout`:
     a kata that trains a model has longer tests); unchanged for a kata it does not list."""
+    time_limit, test_timeout = _declared_limits(_catalog_version()).get(kata, (None, None))
+    return limits.at_least(time_limit=time_limit, test_timeout=test_timeout)
+
+
+def _catalog_version() -> int | None:
+    from judge.paths import INFO
+
+    try:
+        return INFO.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+@lru_cache(maxsize=1)
+def _declared_limits(version: int | None) -> dict[str, tuple[int | None, int | None]]:
+    """{kata: (time_limit, test_timeout)} from info.toml, read once per version of the file: a grade
+    (each save in watch) costs a stat, not a parse and a catalog check."""
     from judge.catalog import CatalogError, load_catalog
 
     try:
-        entry = next((k for k in load_catalog() if k.name == kata), None)
+        return {k.name: (k.time_limit, k.test_timeout) for k in load_catalog() if k.time_limit or k.test_timeout}
     except CatalogError:  # reported by the commands that read the catalog; grade with the base limits
-        return limits
-    if entry is None:
-        return limits
-    return limits.at_least(time_limit=entry.time_limit, test_timeout=entry.test_timeout)
+        return {}

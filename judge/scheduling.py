@@ -112,10 +112,7 @@ def serve(device: str, limits: Limits, requests, answers) -> None:
         request = json.loads(line)
         if request["op"] == "grade":
             result = engine.grade(
-                request["name"],
-                Path(request["path"]),
-                request["seed"],
-                first_failure=request["first_failure"],
+                request["name"], Path(request["path"]), request["seed"], first_failure=request["first_failure"]
             )
             answer = result.to_json(internal=True)
         else:
