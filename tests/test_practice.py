@@ -216,6 +216,9 @@ def test_ctrl_c_stops_watch_with_a_one_line_goodbye(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # As at a terminal: a suite started in the background (`make test &`) ignores SIGINT, and a
+        # child inherits that, so Ctrl-C would never reach the watcher.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert "Watching" in process.stdout.readline() + process.stdout.readline()
