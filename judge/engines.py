@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
+import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -82,6 +84,26 @@ def kata_env(threads: int | None = None) -> dict:
     return env
 
 
+def private_copy(path: Path, folder: Path) -> Path:
+    """A copy of the kata file under the same name in `folder`; the file itself if it cannot
+    be read (the grade then says why)."""
+    folder.mkdir(exist_ok=True)
+    try:
+        return Path(shutil.copy2(path, folder / path.name))
+    except OSError:
+        return path
+
+
+def shown_as(result: KataResult, copy: Path, original: Path) -> KataResult:
+    """The result with every mention of the private copy's path put back as the learner's."""
+    if copy == original:
+        return result
+    text = json.dumps(result.to_json(internal=True)).replace(
+        json.dumps(str(copy))[1:-1], json.dumps(str(original))[1:-1]
+    )
+    return KataResult.from_json(json.loads(text))
+
+
 class ProcessEngine:
     """Each grade in a fresh process, exactly as `make check` runs it."""
 
@@ -95,13 +117,15 @@ class ProcessEngine:
         pass
 
     def grade(self, name: str, path: Path, seed: int, *, first_failure: bool = False) -> KataResult:
-        """Under the engine's limits, raised to what the kata declares it needs."""
+        """Under the engine's limits, raised to what the kata declares it needs, on a private
+        copy of the file (which the kata may delete or rewrite as it likes)."""
         limits = limits_for(name, self.limits)
         with tempfile.TemporaryDirectory(prefix=f"kata-{name}-") as scratch:
             results, log = Path(scratch) / "results.jsonl", Path(scratch) / "output.log"
+            copy = private_copy(path, Path(scratch) / "kata")
             args = pytest_args(
                 name,
-                path,
+                copy,
                 seed=seed,
                 device=self.device,
                 results=results,
@@ -109,12 +133,14 @@ class ProcessEngine:
                 first_failure=first_failure,
             )
             end = self.run(args, log, results, limits.time_limit, limits.test_timeout)
-            return classify(name, read_events(results), end, crash_details(log, path), limits)
+            result = classify(name, read_events(results), end, crash_details(log, copy), limits)
+            return shown_as(result, copy, path)
 
     def time(self, result: KataResult, path: Path) -> None:
         """Time a passing kata against its reference: result.timing gets the figures, or an error."""
         with tempfile.TemporaryDirectory(prefix=f"kata-timing-{result.name}-") as scratch:
             results, log = Path(scratch) / "results.jsonl", Path(scratch) / "output.log"
+            path = private_copy(path, Path(scratch) / "kata")
             args = pytest_args(
                 result.name, path, seed=0, device=self.device, results=results, limits=self.limits, timing=True
             )

@@ -9,19 +9,29 @@ computes its reference), the guard keeps these nets out:
   result that records an autograd graph;
 - a TorchDispatchMode sees the aten kernels underneath (their names differ under
   inference mode, so rules match substrings), which DisableTorchFunction does not hide;
-- Python-level entry points (autograd's engine) are swapped for tripwires, including the
-  aliases bound in the kata's own namespace;
+- Python-level entry points (autograd's engine) are replaced, before the kata's file is
+  imported, by checkpoints that trip while a guard is on: an alias the kata binds at import,
+  in a default argument say, is the checkpoint too;
 - a structural check refuses forbidden submodules (nn.MultiheadAttention, nn.Transformer*).
 The kata's public function, module class or autograd.Function (its forward and backward)
-runs under the guard. Escape hatches that switch the modes off are refused by an AST
-scan when the file loads. These nets catch honest shortcuts, not determined adversaries.
+runs under the guard, and so does every thread started while it runs or while the kata's
+file is imported (a worker thread, an executor's pool): the guard follows the thread.
+Escape hatches that switch the modes off are refused twice: by an AST scan when the file
+loads (names written out), and by tripwires put in their place before the import (names
+computed at run time, `getattr(torch, "_" + "C")`), which trip when called from outside
+torch while a guard is on. Every trip is also recorded for the process, so a refusal that
+the kata swallows, or that happens in its thread, still fails the test. These nets catch
+honest shortcuts and the known tricks, not determined adversaries (code compiled under
+torch's own file name, say).
 """
 
 from __future__ import annotations
 
+import _thread
 import ast
 import functools
 import importlib
+import os
 import sys
 import threading
 from dataclasses import dataclass
@@ -168,6 +178,27 @@ ESCAPE_HATCHES = (
 )
 
 
+# The same hatches as objects, for names computed at run time: each is replaced by a
+# tripwire that trips when called from outside torch (and the judge) while a guard is on.
+ESCAPE_SITES = (
+    ("torch._C", "DisableTorchFunction"),
+    ("torch._C", "DisableTorchFunctionSubclass"),
+    ("torch._C", "_DisableTorchDispatch"),
+    ("torch._C", "_pop_torch_function_stack"),
+    ("torch._C", "_pop_torch_dispatch_stack"),
+    ("torch._C", "_set_torch_function_mode"),
+    ("torch.overrides", "_pop_mode"),
+    ("torch.overrides", "_pop_mode_temporarily"),
+    ("torch.utils._python_dispatch", "_disable_current_modes"),
+    ("torch.utils._python_dispatch", "_pop_mode"),
+    ("torch.utils._python_dispatch", "_pop_mode_temporarily"),
+)
+# Code under these folders may switch modes off: torch's own, and the judge's.
+TRUSTED_FOLDERS = tuple(
+    os.path.dirname(os.path.realpath(m.__file__)) + os.sep for m in (torch, sys.modules[__package__ or "judge"])
+)
+
+
 def scan_escape_hatches(path: Path) -> list[tuple[int, str]]:
     """(line, name) for each escape-hatch name the file mentions (attribute, import or name)."""
     try:
@@ -233,9 +264,17 @@ def _forbidden_codes(sites: tuple[Site, ...]) -> dict:
 
 class _State(threading.local):
     depth = 0
+    guard: Guard | None = None  # the outermost guard on this thread
+    importing: tuple | None = None  # (rules, kata name, file) while a kata file is imported
 
 
 _state = _State()
+TRIPPED: list[str] = []  # every refusal in this process, in order: what a swallowed one leaves
+
+
+def trips() -> int:
+    """How many refusals this process has seen; `TRIPPED[n:]` are those since `n`."""
+    return len(TRIPPED)
 
 
 class _FunctionNet(TorchFunctionMode):
@@ -276,14 +315,13 @@ class Guard:
     The call is also remembered, so a kata that catches the error still fails on exit.
     Re-entrant: only the outermost guard on a thread sets the nets up."""
 
-    def __init__(self, rules: Rules, kata_name: str, namespace: dict | None = None, kata_file: str | None = None):
-        self.rules, self.kata_name, self.namespace = rules, kata_name, namespace if namespace is not None else {}
-        self.kata_file = kata_file
+    def __init__(self, rules: Rules, kata_name: str, kata_file: str | None = None):
+        self.rules, self.kata_name, self.kata_file = rules, kata_name, kata_file
         self.seen: list[str] = []
-        self.undo: list = []
         self.nets: list = []
         self.entry = None
         self.codes = _forbidden_codes(rules.code)
+        self.python_sites = {(_resolve(owner), attribute) for owner, attribute, _ in rules.python}
 
     def message(self, name: str) -> str:
         action = name if name.startswith("records ") else f"calls {name}"
@@ -302,7 +340,9 @@ class Guard:
 
     def trip(self, name: str):
         self.seen.append(name)
-        raise ForbiddenCallError(self.message(name))
+        message = self.message(name)
+        TRIPPED.append(message)
+        raise ForbiddenCallError(message)
 
     def check_stack(self, frame) -> None:
         """Trip if forbidden code is running between the kata's entry and this torch call."""
@@ -317,35 +357,13 @@ class Guard:
         if any(isinstance(t, torch.Tensor) and t.grad_fn is not None for t in tensors):
             self.trip(f"records an autograd graph ({name} on tensors that require grad)")
 
-    def _tripwire(self, shown: str):
-        guard = self
-
-        def tripwire(*args, **kwargs):
-            guard.trip(shown)
-
-        return tripwire
-
-    def _patch(self):
-        for owner, attribute, shown in self.rules.python:
-            owner = _resolve(owner)
-            raw = _raw(owner, attribute)
-            if raw is None:
-                continue
-            original = _function_of(raw)
-            wire = self._tripwire(shown)
-            setattr(owner, attribute, staticmethod(wire) if isinstance(raw, staticmethod) else wire)
-            self.undo.append(functools.partial(setattr, owner, attribute, raw))
-            for key, value in list(self.namespace.items()):  # `from torch.autograd import grad as g`-style aliases
-                if value is original:
-                    self.namespace[key] = wire
-                    self.undo.append(functools.partial(self.namespace.__setitem__, key, value))
-
     def __enter__(self):
         _state.depth += 1
         if _state.depth > 1:
             return self
+        install_checkpoints(self.rules)
+        _state.guard = self
         self.entry = sys._getframe(1)
-        self._patch()
         self.nets = [_FunctionNet(self)] if self.rules.needs_function_mode else []
         self.nets += [_DispatchNet(self)] if self.rules.kernels else []
         for net in self.nets:
@@ -358,9 +376,7 @@ class Guard:
             return False
         for net in reversed(self.nets):
             net.__exit__(None, None, None)
-        for undo in reversed(self.undo):
-            undo()
-        self.undo.clear()
+        _state.guard = None
         self.entry = None
         if self.seen and not isinstance(error, ForbiddenCallError):
             raise ForbiddenCallError(self.message(self.seen[0]))
@@ -376,7 +392,7 @@ def check_structure(module: nn.Module, rules: Rules, kata_name: str) -> None:
             )
 
 
-def guarded(symbol, rules: Rules, kata_name: str, namespace: dict, kata_file: str | None = None):
+def guarded(symbol, rules: Rules, kata_name: str, kata_file: str | None = None):
     """The kata's public function, nn.Module class or autograd.Function, running under a
     Guard whenever called (a Function: its forward and its backward)."""
     if rules == NONE:
@@ -385,7 +401,7 @@ def guarded(symbol, rules: Rules, kata_name: str, namespace: dict, kata_file: st
     def under_guard(function):
         @functools.wraps(function)
         def call(*args, **kwargs):
-            with Guard(rules, kata_name, namespace, kata_file):
+            with Guard(rules, kata_name, kata_file):
                 return function(*args, **kwargs)
 
         return call
@@ -394,12 +410,12 @@ def guarded(symbol, rules: Rules, kata_name: str, namespace: dict, kata_file: st
 
         class Guarded(symbol):
             def __init__(self, *args, **kwargs):
-                with Guard(rules, kata_name, namespace, kata_file):
+                with Guard(rules, kata_name, kata_file):
                     super().__init__(*args, **kwargs)
                 check_structure(self, rules, kata_name)
 
             def __call__(self, *args, **kwargs):
-                with Guard(rules, kata_name, namespace, kata_file):
+                with Guard(rules, kata_name, kata_file):
                     return super().__call__(*args, **kwargs)
 
         Guarded.__name__, Guarded.__qualname__, Guarded.__module__ = (
@@ -429,7 +445,141 @@ class GuardedKata:
     def __init__(self, module, symbols: dict[str, Rules], kata_name: str):
         self._module = module
         for symbol, rules in symbols.items():
-            setattr(self, symbol, guarded(getattr(module, symbol), rules, kata_name, vars(module), module.__file__))
+            setattr(self, symbol, guarded(getattr(module, symbol), rules, kata_name, module.__file__))
 
     def __getattr__(self, name):
         return getattr(self._module, name)
+
+
+# --------------------------------------------------------------------------- set before the kata's import
+
+
+_installed: set = set()
+
+
+def _replace_once(owner, attribute: str, make) -> None:
+    """Replace owner.attribute by make(original), once per process."""
+    key = (id(owner), attribute)
+    raw = _raw(owner, attribute)
+    if key in _installed or raw is None:
+        return
+    replacement = make(_function_of(raw))
+    setattr(owner, attribute, staticmethod(replacement) if isinstance(raw, staticmethod) else replacement)
+    _installed.add(key)
+
+
+def install_checkpoints(rules: Rules) -> None:
+    """Each of the rules' Python entry points replaced by a checkpoint that trips while a
+    guard naming it is on (on this thread), and otherwise calls through."""
+    for owner, attribute, shown in rules.python:
+        owner = _resolve(owner)
+
+        def make(original, site=(owner, attribute), shown=shown):
+            @functools.wraps(original)
+            def checkpoint(*args, **kwargs):
+                guard = _state.guard
+                if guard is not None and site in guard.python_sites:
+                    guard.trip(shown)
+                return original(*args, **kwargs)
+
+            return checkpoint
+
+        _replace_once(owner, attribute, make)
+
+
+def install_hatch_tripwires() -> None:
+    """The escape hatches replaced by tripwires: called from outside torch and the judge
+    while a guard is on, they trip; otherwise they are what they were."""
+    for module, attribute in ESCAPE_SITES:
+        try:
+            owner = importlib.import_module(module)
+        except ImportError:
+            continue
+
+        def make(original, shown=f"{module}.{attribute}"):
+            @functools.wraps(original)
+            def tripwire(*args, **kwargs):
+                guard = _state.guard
+                if guard is not None:
+                    caller = os.path.realpath(sys._getframe(1).f_code.co_filename)
+                    if not caller.startswith(TRUSTED_FOLDERS):
+                        guard.trip(f"{shown}, which switches the grader's checks off")
+                return original(*args, **kwargs)
+
+            return tripwire
+
+        _replace_once(owner, attribute, make)
+
+
+def _inherited():
+    """What a thread started now must run under: the guard on, else the kata being imported."""
+    guard = _state.guard
+    return (guard.rules, guard.kata_name, guard.kata_file) if guard is not None else _state.importing
+
+
+def install_thread_guards() -> None:
+    """Threads started under a guard, or while a kata file is imported, run under the same
+    rules for their whole life (threading.Thread, executors built on it, _thread)."""
+    if "threads" in _installed:
+        return
+    _installed.add("threads")
+    start, bootstrap, start_new_thread = (
+        threading.Thread.start,
+        threading.Thread._bootstrap_inner,
+        _thread.start_new_thread,
+    )
+
+    def guarded_start(self):
+        self._kata_rules = _inherited()
+        return start(self)
+
+    def guarded_bootstrap(self):
+        inherited = getattr(self, "_kata_rules", None)
+        if inherited is None or inherited[0] == NONE:
+            return bootstrap(self)
+        with Guard(*inherited):
+            return bootstrap(self)
+
+    def guarded_start_new_thread(function, args, kwargs=None):
+        inherited = _inherited()
+        if inherited is None or inherited[0] == NONE:
+            return start_new_thread(function, args, kwargs or {})
+
+        def run(*args, **kwargs):
+            with Guard(*inherited):
+                return function(*args, **kwargs)
+
+        return start_new_thread(run, args, kwargs or {})
+
+    threading.Thread.start = guarded_start
+    threading.Thread._bootstrap_inner = guarded_bootstrap
+    _thread.start_new_thread = guarded_start_new_thread
+
+
+class importing_kata:
+    """Context manager around the kata file's import: threads it starts inherit `rules`."""
+
+    def __init__(self, rules: Rules, kata_name: str, kata_file: str):
+        self.inherited = (rules, kata_name, kata_file)
+
+    def __enter__(self):
+        _state.importing = self.inherited
+        return self
+
+    def __exit__(self, *exc):
+        _state.importing = None
+        return False
+
+
+def prepare_for_kata(symbols: dict[str, Rules]) -> None:
+    """Before a kata file is imported: checkpoints, tripwires and thread guards in place."""
+    for rules in symbols.values():
+        install_checkpoints(rules)
+    if any(rules != NONE for rules in symbols.values()):
+        install_hatch_tripwires()
+    install_thread_guards()
+
+
+def union(symbols: dict[str, Rules]) -> Rules:
+    """Every rule of every public symbol: what a thread the kata starts at import runs under."""
+    return functools.reduce(lambda a, b: a + b, symbols.values(), NONE)

@@ -1,18 +1,26 @@
 """Running one kata process under the limits, and making sure nothing of it survives.
 
-Each kata process leads a process group of its own. The grader supervises it from
-outside: it waits under the wall-clock limit, and it reads the results file as the kata
-writes it, so a test that runs past the per-test limit is stopped even inside a native op
-or with SIGALRM ignored (an in-process alarm can do neither). Whatever happens, the whole
-group is killed at the end, so children the kata spawned die with it.
+Every grade has two processes. The kata process (pytest on the kata's tests, or a fresh
+interpreter exec'd for them) leads a process group of its own. Its parent is a small
+watcher, forked from the grader for this grade alone, which is a child subreaper: any
+process the kata starts, even one that leaves the group with setsid() and loses its parent,
+stays below the watcher, and when the kata process ends the watcher kills all of them
+before it reports the kata's exit status to the grader. A kata that kills its parent kills
+only the watcher: the grader sees no status come and grades it a crash.
+
+The grader supervises from outside: it waits under the wall-clock limit, and it reads the
+results file as the kata writes it, so a test that runs past the per-test limit is stopped
+even inside a native op or with SIGALRM ignored (an in-process alarm can do neither).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
+import select
 import signal
-import subprocess
+import struct
 import sys
 import time
 import traceback
@@ -23,6 +31,9 @@ from pathlib import Path
 from judge.protocol import Begin, EventTail, TestReport
 
 TAIL_CHARS = 400  # characters of a dead process's output shown in its message
+SWEEP_SECONDS = 5.0  # how long the grader waits for the watcher to clear the kata's processes
+PR_SET_CHILD_SUBREAPER = 36
+_WORD = struct.Struct("<i")
 
 
 @dataclass(frozen=True)
@@ -30,26 +41,29 @@ class ProcessEnd:
     """How a kata process ended. returncode: None when the grader killed it.
     timed_out: past the wall-clock limit. overran: the nodeid of the test that ran past the
     per-test limit, when that is why it was killed. importing: the kata file whose import was
-    running when the process was killed (its top-level code hung), else None."""
+    running when the process was killed (its top-level code hung), else None. orphaned: the
+    process that watched over the kata died first (the kata killed its parent), so how the
+    kata ended is unknown."""
 
     returncode: int | None
     timed_out: bool = False
     overran: str | None = None
     importing: str | None = None
+    orphaned: bool = False
 
 
-def supervise(pid: int, *, time_limit: float, test_timeout: float | None, events: Path | None) -> ProcessEnd:
-    """Wait for the child `pid` (a group leader) to exit, under the limits; then kill its group.
-
-    The child is left unreaped (waitid WNOWAIT) until its group is killed, so its pid, and
-    so its group id, cannot be reused by another process in between."""
+def supervise(
+    watcher: int, kata: int, report: int, *, time_limit: float, test_timeout: float | None, events: Path | None
+) -> ProcessEnd:
+    """Wait for the watcher `watcher` (our child) to report how the kata process `kata` ended,
+    under the limits; past them, kill the kata's group and let the watcher clear the rest."""
     deadline = time.monotonic() + time_limit
     tail = EventTail(events) if events is not None and test_timeout else None
     running: tuple[str, float] | None = None  # (nodeid, when the grader saw it begin)
     importing: str | None = None
     timed_out, overran, pause = False, None, 0.002
     try:
-        while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        while not select.select([report], [], [], pause)[0]:
             now = time.monotonic()
             if now > deadline:
                 timed_out = True
@@ -63,15 +77,35 @@ def supervise(pid: int, *, time_limit: float, test_timeout: float | None, events
                 if running and now - running[1] > test_timeout:
                     overran = running[0]
                     break
-            time.sleep(pause)
             pause = min(pause * 1.5, 0.02)
+        killed = timed_out or overran is not None
+        if killed:
+            kill_group(kata)
+        status = _read_word(report, SWEEP_SECONDS)
     finally:
-        kill_group(pid)
-    _, status = os.waitpid(pid, 0)
-    killed = timed_out or overran is not None
-    return ProcessEnd(
-        None if killed else os.waitstatus_to_exitcode(status), timed_out, overran, importing if killed else None
-    )
+        kill_group(kata)  # the watcher's sweep normally leaves nothing; this covers its death
+        kill_group(watcher)
+        os.close(report)
+        os.waitpid(watcher, 0)
+    if killed:
+        return ProcessEnd(None, timed_out, overran, importing)
+    if status is None:
+        return ProcessEnd(None, orphaned=True)
+    return ProcessEnd(os.waitstatus_to_exitcode(status))
+
+
+def _read_word(fd: int, timeout: float) -> int | None:
+    """One int from the watcher's pipe, or None if it closed (or said nothing in time) first."""
+    data, deadline = b"", time.monotonic() + timeout
+    while len(data) < _WORD.size:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        chunk = os.read(fd, _WORD.size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return _WORD.unpack(data)[0]
 
 
 def kill_group(pid: int) -> None:
@@ -81,31 +115,103 @@ def kill_group(pid: int) -> None:
         pass
 
 
-def run_process(
-    command: list[str],
-    *,
-    cwd: Path,
-    env: dict,
-    log_path: Path,
-    time_limit: float,
-    test_timeout: float | None = None,
-    events: Path | None = None,
-) -> ProcessEnd:
-    """Run `command` as a fresh process in a new session, output to `log_path` (a file, so a
-    flood of output can neither block the grader nor reach its table)."""
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            command,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-    end = supervise(process.pid, time_limit=time_limit, test_timeout=test_timeout, events=events)
-    process.returncode = end.returncode if end.returncode is not None else -signal.SIGKILL  # reaped above
-    return end
+def children_of(pid: int) -> list[int]:
+    """The live children of `pid`, from /proc (field 4 of stat, after the command's parentheses)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rpartition(b")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 1 and int(fields[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def _sweep() -> None:
+    """Kill every process below this one (the watcher, a subreaper): each killed process's
+    children are handed to us, so repeat until none is left."""
+    me = os.getpid()
+    for _ in range(1000):
+        while True:  # reap what has ended
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                break
+        for child in children_of(me):
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(child, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        time.sleep(0.001)
+
+
+def _become_subreaper() -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: orphans go to init, the group kill remains
+        pass
+
+
+def _run_kata(target: Callable[[], int], cwd: Path, env: dict, log_fd: int, report: int) -> None:
+    """In the kata process: its own group, its pid told to the grader before any kata code
+    runs, output to the log, then `target()`; never returns."""
+    code = 70
+    try:
+        os.setpgid(0, 0)
+        os.write(report, _WORD.pack(os.getpid()))
+        os.close(report)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(env)
+        sys.dont_write_bytecode = True
+        code = int(target() or 0)
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else 1
+    except BaseException:  # noqa: BLE001 - report anything, then leave
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code & 0xFF)
+
+
+def _watch(target: Callable[[], int], cwd: Path, env: dict, log_fd: int, report: int) -> None:
+    """The watcher: fork the kata process (which tells the grader its pid), wait for it,
+    clear everything it left behind, then tell the grader its exit status. Never returns."""
+    try:
+        try:
+            os.setsid()
+        except OSError:  # the grader made us a group leader first: a group is enough
+            pass
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the kata, the sweep still runs
+        _become_subreaper()
+        kata = os.fork()
+        if kata == 0:
+            _run_kata(target, cwd, env, log_fd, report)
+        os.close(log_fd)
+        try:
+            os.setpgid(kata, kata)
+        except OSError:
+            pass
+        _, status = os.waitpid(kata, 0)
+        _sweep()
+        os.write(report, _WORD.pack(status))
+    finally:
+        os._exit(0)
 
 
 def run_forked(
@@ -118,45 +224,52 @@ def run_forked(
     test_timeout: float | None = None,
     events: Path | None = None,
 ) -> ProcessEnd:
-    """Run `target()` in a forked child, in a new session, output to `log_path`, under the
-    same supervision as run_process. The child never returns into the caller's code."""
+    """Run `target()` in a forked kata process below a watcher of its own, output to
+    `log_path` (a file, so a flood of output can neither block the grader nor reach its
+    table), under the limits. The kata process never returns into the caller's code."""
     sys.stdout.flush()
     sys.stderr.flush()
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    pid = os.fork()
-    if pid == 0:  # the child
-        code = 70
-        try:
-            try:
-                os.setsid()
-            except OSError:  # the parent made us a group leader first: a group is enough
-                pass
-            null = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(null, 0)
-            os.dup2(log_fd, 1)
-            os.dup2(log_fd, 2)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            os.chdir(cwd)
-            os.environ.clear()
-            os.environ.update(env)
-            sys.dont_write_bytecode = True
-            code = int(target() or 0)
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else 1
-        except BaseException:  # noqa: BLE001 - report anything, then leave
-            traceback.print_exc()
-        finally:
-            try:
-                sys.stdout.flush()
-                sys.stderr.flush()
-            finally:
-                os._exit(code & 0xFF)
+    read_end, write_end = os.pipe()
+    watcher = os.fork()
+    if watcher == 0:
+        os.close(read_end)
+        _watch(target, cwd, env, log_fd, write_end)
     os.close(log_fd)
+    os.close(write_end)
     try:
-        os.setpgid(pid, pid)  # no window in which a kill of its group could miss it
+        os.setpgid(watcher, watcher)  # no window in which a kill of its group could miss it
     except OSError:
         pass
-    return supervise(pid, time_limit=time_limit, test_timeout=test_timeout, events=events)
+    kata = _read_word(read_end, SWEEP_SECONDS)
+    if kata is None:  # the watcher died before the kata process began: no kata code ran
+        os.close(read_end)
+        kill_group(watcher)
+        os.waitpid(watcher, 0)
+        return ProcessEnd(None, orphaned=True)
+    return supervise(watcher, kata, read_end, time_limit=time_limit, test_timeout=test_timeout, events=events)
+
+
+def run_process(
+    command: list[str],
+    *,
+    cwd: Path,
+    env: dict,
+    log_path: Path,
+    time_limit: float,
+    test_timeout: float | None = None,
+    events: Path | None = None,
+) -> ProcessEnd:
+    """Run `command` as a fresh program (exec'd in the kata process), under the same watcher
+    and supervision as run_forked."""
+
+    def execute() -> int:
+        os.execve(command[0], command, env)
+        return 127  # not reached
+
+    return run_forked(
+        execute, cwd=cwd, env=env, log_path=log_path, time_limit=time_limit, test_timeout=test_timeout, events=events
+    )
 
 
 def thread_count() -> int | None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from judge.forbidden import GuardedKata, Rules, refuse_escape_hatches
+from judge.forbidden import GuardedKata, Rules, importing_kata, prepare_for_kata, refuse_escape_hatches, union
 
 
 class KataLoadError(Exception):
@@ -45,10 +45,13 @@ def load_kata(path: Path, *symbols: str):
 
 
 def load_guarded(path: Path, symbols: dict[str, Rules], kata_name: str, baseline: dict) -> GuardedKata:
-    """The kata as tests see it: escape hatches refused, imported, torch's state checked
-    against `baseline` (taken before the import), each public symbol guarded by its rules."""
+    """The kata as tests see it: escape hatches refused, the guard's checkpoints and
+    tripwires set, imported (threads it starts there run under all its rules), torch's state
+    checked against `baseline` (taken before the import), each public symbol guarded."""
     refuse_escape_hatches(path, kata_name)
-    module = load_kata(path, *symbols)
+    prepare_for_kata(symbols)
+    with importing_kata(union(symbols), kata_name, str(path)):
+        module = load_kata(path, *symbols)
     restore_torch_state(baseline, when=f"importing {path.name}")
     return GuardedKata(module, symbols, kata_name)
 

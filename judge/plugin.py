@@ -17,12 +17,16 @@ import errno
 import os
 import random
 import resource
+import sys
+import threading
+import time
 import zlib
 from pathlib import Path
 
 import pytest
 import torch
 
+from judge import forbidden
 from judge.forbidden import ForbiddenCallError
 from judge.loading import KataLoadError, TorchStateChanged, load_guarded, load_kata, restore_torch_state, torch_state
 from judge.protocol import Begin, Collected, ErrorKind, EventWriter, Finish, Outcome, Start, TestReport, Timing
@@ -31,6 +35,11 @@ from judge.timing import TIMING_THREADS
 
 OUTPUT_LIMIT = 300  # characters of a test's captured output kept in the report
 NO_CUDA = "CUDA is not available"
+THREAD_GRACE = 0.5  # seconds a thread the kata started may take to finish after a test
+
+
+class ThreadLeftRunning(Exception):
+    """The kata left a thread running after a test: work out of the grader's sight."""
 
 
 def pytest_addoption(parser):
@@ -135,10 +144,34 @@ def kata(request):
 
 
 @pytest.fixture(autouse=True)
-def torch_state_is_unchanged(request):
-    """One kata must not poison the next: torch's global settings are as they were."""
+def kata_left_nothing_behind(request):
+    """One kata must not poison the next: torch's global settings are as they were, no
+    refusal went unreported (a swallowed one, one in a thread) and no thread it started
+    is still running."""
+    before, trips = set(threading.enumerate()), forbidden.trips()
     yield
     restore_torch_state(request.config.torch_baseline, when="the kata")
+    if refused := forbidden.TRIPPED[trips:]:
+        raise ForbiddenCallError(refused[0])
+    if running := still_running(before):
+        names = ", ".join(thread.name for thread in running[:3])
+        raise ThreadLeftRunning(
+            f"the kata left {len(running)} thread(s) running after the call ({names}): everything it "
+            "computes must be done when it returns; join the threads it starts (or use `with` on an executor)"
+        )
+
+
+def still_running(before: set) -> list[threading.Thread]:
+    """Threads started during the test and still alive after a short grace."""
+    started = [thread for thread in threading.enumerate() if thread not in before]
+    deadline = time.monotonic() + THREAD_GRACE
+    for thread in started:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return [thread for thread in started if thread.is_alive()]
+
+
+def pytest_runtest_setup(item):
+    item.kata_trips = forbidden.trips()
 
 
 @pytest.fixture
@@ -177,6 +210,10 @@ def pytest_runtest_makereport(item, call):
         if call.excinfo is not None:
             report.kata_error = describe_error(item, call.excinfo)
             report.kata_diagnosis = list(getattr(call.excinfo.value, "kata_diagnosis", []))
+        refused = forbidden.TRIPPED[getattr(item, "kata_trips", forbidden.trips()) :]
+        if refused:  # a refusal the kata swallowed (or met in a thread) decides what went wrong
+            report.kata_error = (ErrorKind.FORBIDDEN, "ForbiddenCallError", refused[0][:MESSAGE_LIMIT])
+            report.kata_diagnosis = []
     return report
 
 
@@ -198,6 +235,8 @@ def error_kind(error: BaseException, frames: list[int | None]) -> ErrorKind:
         return ErrorKind.FORBIDDEN
     if isinstance(error, TorchStateChanged):
         return ErrorKind.STATE
+    if isinstance(error, ThreadLeftRunning):
+        return ErrorKind.THREAD_LEFT_RUNNING
     if isinstance(error, NotImplementedError) and frames and frames[-1] is not None:  # the kata raised it itself
         return ErrorKind.NOT_IMPLEMENTED
     if isinstance(error, AssertionError):
@@ -225,6 +264,7 @@ def describe_error(item, excinfo) -> tuple[ErrorKind, str, str]:
         ErrorKind.LOAD,
         ErrorKind.FORBIDDEN,
         ErrorKind.STATE,
+        ErrorKind.THREAD_LEFT_RUNNING,
     )  # written to be read as is
     text = str(error) if plain else f"{name}: {error}".rstrip(": ")
     if lines and not plain:
@@ -286,6 +326,15 @@ class ResultWriter:
     def pytest_sessionfinish(self, session, exitstatus):
         self.events.write(Finish(exitstatus=int(exitstatus), stopped=bool(session.shouldfail)))
         self.events.close()
+        self.exitstatus = int(exitstatus)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config):
+        """Leave now: a thread the kata left running would otherwise hold a fresh
+        interpreter's exit (and not a forked one's), so both engines end the same way."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(getattr(self, "exitstatus", 1))
 
 
 # --------------------------------------------------------------------------- timing mode

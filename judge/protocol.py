@@ -48,6 +48,7 @@ class ErrorKind(StrEnum):
     LOAD = "load"  # the kata file did not import, or lacks its public symbol
     FORBIDDEN = "forbidden"  # a forbidden call
     STATE = "state"  # the kata changed torch's global state and left it so
+    THREAD_LEFT_RUNNING = "thread_left_running"  # a thread the kata started outlived its call
     OUT_OF_MEMORY = "out_of_memory"  # the memory limit
     OUTPUT_LIMIT = "output_limit"  # wrote more than the output limit (a print flood)
     SIGNATURE = "signature"  # the call did not even bind: the kata's signature differs

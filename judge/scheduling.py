@@ -2,8 +2,13 @@
 
 A fork server is `grader.py _serve`: a process that imports torch once and grades (or
 times) each job it reads on stdin in a forked child (engines.ForkEngine), answering one
-JSON line per job. A worker whose server dies, or stops answering, grades the rest of its
-jobs in fresh processes (engines.ProcessEngine), as `--engine process` does throughout.
+JSON line per job. A server that dies, or stops answering, during a job takes that job
+with it: the job is graded a crash (its kata may well have killed the server; grading it
+again in a process of the grader's own would let it kill the grader) and the worker starts
+a new server for the rest (or grades them in fresh processes, engines.ProcessEngine, as
+`--engine process` does throughout, if none starts). Before any job runs, every kata file
+is copied aside, so a kata that deletes or rewrites another file cannot change that one's
+grade.
 """
 
 from __future__ import annotations
@@ -11,8 +16,10 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -20,7 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from judge.engines import ForkEngine, ProcessEngine, kata_env
+from judge.engines import ForkEngine, ProcessEngine, kata_env, shown_as
+from judge.language import tr
 from judge.limits import Limits, limits_for
 from judge.paths import ROOT
 from judge.protocol import KataResult, Status
@@ -135,6 +143,49 @@ def grade_all(
 ) -> list[KataResult]:
     """Grade the jobs, `workers` at a time, results in the jobs' order. progress(event, name) is
     told "start" and "done" for each kata, from the worker threads (one at a time)."""
+    with tempfile.TemporaryDirectory(prefix="katas-snapshot-") as snapshot:
+        copies = [_snapshot(job, Path(snapshot) / str(index)) for index, job in enumerate(jobs)]
+        results = _grade_copies(
+            copies, seed=seed, device=device, limits=limits, workers=workers, fork=fork, progress=progress
+        )
+    return [shown_as(result, copy.path, job.path) for result, copy, job in zip(results, copies, jobs)]
+
+
+def _snapshot(job: Job, folder: Path) -> Job:
+    """The job on a private copy of its file (the same name, in a folder of its own)."""
+    folder.mkdir()
+    try:
+        copy = Path(shutil.copy2(job.path, folder / job.path.name))
+    except OSError:  # a missing file is reported as such by the grade
+        return job
+    return Job(job.name, copy, job.first_failure)
+
+
+def server_died(job: Job, reason: str) -> KataResult:
+    return KataResult(
+        job.name,
+        Status.CRASH,
+        0.0,
+        0,
+        0,
+        tr(
+            "the process grading it died ({reason}): a kata must not signal other processes; "
+            "the other katas were graded by a new one",
+            reason=reason,
+        ),
+    )
+
+
+def _grade_copies(
+    jobs: list[Job],
+    *,
+    seed: int,
+    device: str,
+    limits: Limits,
+    workers: int,
+    fork: bool,
+    progress: Callable[[str, str], None] | None,
+) -> list[KataResult]:
     tell = _serialised(progress)
     threads = 1 if workers > 1 else None  # parallel processes: one thread each, no oversubscription
     pending = list(enumerate(jobs))
@@ -154,7 +205,11 @@ def grade_all(
             if server is not None:
                 try:
                     return server.grade(job, seed)
-                except (ServerGone, ValueError, KeyError, TypeError):
+                except ServerGone as gone:
+                    server.close()
+                    server = _start(device, limits, threads)
+                    return server_died(job, str(gone))
+                except (ValueError, KeyError, TypeError):  # an answer out of protocol: grade afresh
                     server.close()
                     server = None
             return fresh.grade(job.name, job.path, seed, first_failure=job.first_failure)

@@ -199,6 +199,10 @@ ZH: dict[str, str] = {
         "测试进程在运行任何测试之前就退出了（{reason}）：{tail}"
     ),
     "the test process died{during} ({reason})": "测试进程意外退出{during}（{reason}）",
+    "the process watching over the kata was killed: a kata must not signal other "
+    "processes (its parent, the grader)": "看管该 kata 的进程被杀死了：kata 不得向其他进程（它的父进程、评测器）发送信号",
+    "the process grading it died ({reason}): a kata must not signal other processes; "
+    "the other katas were graded by a new one": "评测它的进程死了（{reason}）：kata 不得向其他进程发送信号；其余 kata 由新的进程评测",
     "{name}: the kata printed more than {mb} MB of output; print less": (
         "{name}：题目代码打印了超过 {mb} MB 的输出；请少打印一些"
     ),

@@ -103,6 +103,14 @@ def classify(name: str, events: list[Event], end: ProcessEnd, tail: str, limits:
                 seconds=limits.test_timeout,
             ),
         )
+    if end.orphaned:
+        return result(
+            Status.CRASH,
+            tr(
+                "the process watching over the kata was killed: a kata must not signal other "
+                "processes (its parent, the grader)"
+            ),
+        )
     if load_error := first(ErrorKind.LOAD):
         return result(Status.ERROR, load_error.message)
     if forbidden := first(ErrorKind.FORBIDDEN):

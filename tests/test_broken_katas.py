@@ -52,6 +52,20 @@ EXPECTED = {  # tests/broken/<kata>/<file> -> (status, words its message must co
     "attention_backward/engine_by_computed_name": ("forbidden", "records an autograd graph"),  # hole 9
     "attention_backward/softmax_backward_kernel": ("forbidden", "_softmax_backward_data"),  # hole 9
     "attention_function/backward_calls_autograd": ("forbidden", "autograd"),  # hole 3
+    # issue 16: the guard holds in threads, for aliases bound at import, through computed names
+    "scaled_dot_product_attention/calls_sdpa_in_a_thread": ("forbidden", "F.scaled_dot_product_attention"),
+    "scaled_dot_product_attention/calls_sdpa_in_a_pool_started_at_import": (
+        "forbidden",
+        "F.scaled_dot_product_attention",
+    ),
+    "scaled_dot_product_attention/disables_modes_by_computed_name": ("forbidden", "DisableTorchFunction"),
+    "attention_backward/grad_in_a_default_argument": ("forbidden", "autograd"),
+    # issue 16: nothing escapes the grade's process tree, and no kata harms another's grade
+    "causal_mask/leaves_a_daemon": ("pass", "tests passed"),  # see test below: the daemon is dead
+    "causal_mask/kills_its_parent": ("crash", "watching over the kata was killed"),
+    "causal_mask/kills_the_fork_server": ("crash", "the process grading it died"),
+    "causal_mask/deletes_its_own_file": ("pass", "tests passed"),  # graded from a private copy
+    "causal_mask/leaves_a_thread_running": ("fail", "thread(s) running"),
 }
 SHORT = (
     "causal_mask/endless_loop",
@@ -69,6 +83,9 @@ BOTH_ENGINES = (
     "causal_mask/skips_like_the_grader",
     "causal_mask/floods_gigabytes",
     "causal_mask/allocates_absurd_tensor",
+    "causal_mask/kills_its_parent",
+    "causal_mask/leaves_a_thread_running",
+    "causal_mask/leaves_a_daemon",
 )
 
 
@@ -93,12 +110,21 @@ def grade(names, seed: int, *, fork: bool) -> dict:
 
 
 @pytest.fixture(scope="module")
-def verdicts(request) -> dict:
+def daemons(tmp_path_factory):
+    """Where causal_mask/leaves_a_daemon notes the pid of each daemon it starts."""
+    folder = tmp_path_factory.mktemp("daemons")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KATAS_BROKEN_PIDS", str(folder))
+        yield folder
+
+
+@pytest.fixture(scope="module")
+def verdicts(request, daemons) -> dict:
     return grade(list(EXPECTED), request.config.kata_seed, fork=True)
 
 
 @pytest.fixture(scope="module")
-def process_verdicts(request) -> dict:
+def process_verdicts(request, daemons) -> dict:
     return grade(list(BOTH_ENGINES), request.config.kata_seed, fork=False)
 
 
@@ -143,3 +169,27 @@ def test_a_device_check_this_machine_cannot_decide_is_reported_not_passed(verdic
     verdict = verdicts["padding_mask/always_on_the_cpu"]
     assert verdict.total == 5 and verdict.passed == 5, verdict
     assert [u["reason"] for u in verdict.unjudged] == [NO_GPU], verdict.unjudged
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rpartition(b")")[2].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.timeout(300)
+def test_a_daemon_the_kata_starts_does_not_outlive_its_grade(verdicts, process_verdicts, daemons):
+    """setsid() and a double fork take a process out of the kata's group and away from its
+    parent; the watcher of the grade (a child subreaper) still kills it when the grade ends."""
+    assert verdicts["causal_mask/leaves_a_daemon"].status == "pass"
+    pids = [int(note.name) for note in daemons.iterdir()]
+    assert len(pids) >= 2, "the daemon of each engine's grade noted its pid"
+    assert not [pid for pid in pids if alive(pid)], f"daemons still alive after their grades: {pids}"
+
+
+@pytest.mark.timeout(300)
+def test_a_kata_that_deletes_its_file_deletes_only_its_private_copy(verdicts):
+    assert verdicts["causal_mask/deletes_its_own_file"].status == "pass"
+    assert (BROKEN / "causal_mask" / "deletes_its_own_file.py").is_file()

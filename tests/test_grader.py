@@ -55,10 +55,13 @@ def test_json_report_and_exit_status_for_solutions(tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_one_broken_kata_does_not_stop_the_others(tmp_path):
+@pytest.mark.parametrize("broken", ["segfault", "kills_its_parent", "kills_the_fork_server"])
+def test_one_broken_kata_does_not_stop_the_others(tmp_path, broken):
+    """Whatever the kata does to its own process or to the processes above it, the grade goes
+    on and the JSON report is written."""
     impl = tmp_path / "attempt"
     impl.mkdir()
-    (impl / "causal_mask.py").write_text((BROKEN / "causal_mask" / "segfault.py").read_text())
+    (impl / "causal_mask.py").write_text((BROKEN / "causal_mask" / f"{broken}.py").read_text())
     (impl / "padding_mask.py").write_text((ROOT / "solutions" / "padding_mask.py").read_text())
     out = tmp_path / "result.json"
     run = run_grader(
