@@ -21,41 +21,18 @@ import tempfile
 import time
 from pathlib import Path
 
-from judge.isolation import ProcessEnd, crash_details, log_tail, run_forked, run_process, thread_count
+from judge.isolation import ProcessEnd, crash_details, keep_to_myself, log_tail, run_forked, run_process, thread_count
 from judge.limits import DEFAULT, Limits, limits_for
 from judge.paths import ROOT, test_file
 from judge.protocol import KataResult, Timing, read_events
 from judge.verdicts import classify
+from judge.warm import warm_up
 
 # pytest's options for every kata process: no cache files, no plugin but ours (a user's own
 # Python may carry plugins that reorder or skip tests), our own addopts only, and one-line
 # tracebacks: the plugin writes each failure's message itself, and pytest's long ones
 # (parsing every file on the stack) cost a stub with 30 failing tests a second.
 PYTEST_FLAGS = ("-p", "no:cacheprovider", "-o", "addopts=", "-q", "--tb=line")
-
-# What a kata's tests import on their first run, imported once by a warm process so each
-# forked grade starts warm. torch.fx.experimental.symbolic_shapes and torch._dynamo are
-# what the first operation on a "meta" tensor imports (two seconds).
-WARM_MODULES = (
-    "numpy",
-    "torch",
-    "torch.nn",
-    "torch.nn.functional",
-    "torch.testing",
-    "torch.overrides",
-    "torch.utils.benchmark",
-    "torch.utils._python_dispatch",
-    "torch.fx.experimental.symbolic_shapes",
-    "torch._dynamo",
-    "torch.nn.attention.bias",
-    "pytest",
-    "judge.plugin",
-    "judge.timing",
-    "judge.testing.spec",
-    "judge.testing.checks",
-    "judge.testing.inputs",
-    "judge.testing.modules",
-)
 
 
 def pytest_args(
@@ -72,7 +49,17 @@ def pytest_args(
     """pytest's arguments for grading (or timing) the kata file at `path`; `first_failure`
     stops at the first failed test (enough to reject a mutant, at a fraction of the cost)."""
     args = [str(test_file(name)), *PYTEST_FLAGS]
-    args += ["--impl", str(path), "--seed", str(seed), "--device", device, "--results", str(results)]
+    args += [
+        "--impl",
+        str(path),
+        "--seed",
+        str(seed),
+        "--device",
+        device,
+        "--results",
+        str(results),
+    ]
+    args += ["--results-private"] if PRIVATE_RESULTS else []  # read through /proc/self/fd: Linux
     args += [f"--memory-limit-mb={limits.memory_mb}", f"--output-limit-mb={limits.output_mb}"]
     return args + (["--kata-timing"] if timing else []) + (["--maxfail=1"] if first_failure else [])
 
@@ -82,6 +69,22 @@ def kata_env(threads: int | None = None) -> dict:
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     return env
+
+
+PRIVATE_RESULTS = Path("/proc/self/fd").is_dir()
+
+
+@contextlib.contextmanager
+def kept_open(results: Path):
+    """The results file, created and held open here: the judging process deletes its name as
+    soon as it has opened it (--results-private), so no kata process can find it by name;
+    the grader reads it through its own descriptor (/proc/self/fd/N)."""
+    fd = os.open(results, os.O_RDONLY | os.O_CREAT, 0o600)
+    try:
+        proc = Path(f"/proc/self/fd/{fd}")
+        yield proc if proc.exists() else results
+    finally:
+        os.close(fd)
 
 
 def private_copy(path: Path, folder: Path) -> Path:
@@ -112,6 +115,7 @@ class ProcessEngine:
     def __init__(self, *, device: str = "cpu", limits: Limits = DEFAULT, threads: int | None = None):
         self.device, self.limits, self.threads = device, limits, threads
         self.fallback_reason = ""
+        keep_to_myself()  # a kata process cannot reach the results files it holds open
 
     def prepare(self) -> None:
         pass
@@ -132,8 +136,9 @@ class ProcessEngine:
                 limits=limits,
                 first_failure=first_failure,
             )
-            end = self.run(args, log, results, limits.time_limit, limits.test_timeout)
-            result = classify(name, read_events(results), end, crash_details(log, copy), limits)
+            with kept_open(results) as readable:
+                end = self.run(args, log, readable, limits.time_limit, limits.test_timeout)
+                result = classify(name, read_events(readable), end, crash_details(log, copy), limits)
             return shown_as(result, copy, path)
 
     def time(self, result: KataResult, path: Path) -> None:
@@ -144,8 +149,9 @@ class ProcessEngine:
             args = pytest_args(
                 result.name, path, seed=0, device=self.device, results=results, limits=self.limits, timing=True
             )
-            end = self.run(args, log, None, self.limits.timing_limit(), None)
-            timing = next((e.timing for e in read_events(results) if isinstance(e, Timing)), None)
+            with kept_open(results) as readable:
+                end = self.run(args, log, None, self.limits.timing_limit(), None)
+                timing = next((e.timing for e in read_events(readable) if isinstance(e, Timing)), None)
             if timing is not None:
                 result.timing = timing
             elif end.timed_out:
@@ -186,9 +192,7 @@ class ForkEngine(ProcessEngine):
         if self.ready:
             return
         start = time.perf_counter()
-        for module in WARM_MODULES:  # only a speed-up: a child imports whatever is missing
-            with contextlib.suppress(Exception):
-                importlib.import_module(module)
+        warm_up()
         with contextlib.suppress(Exception):
             from _pytest.config import default_plugins
 

@@ -48,8 +48,9 @@ class ForbiddenCallError(Exception):
     """The kata called something its task forbids. The grader's verdict: forbidden."""
 
 
-# (owner, attribute, the name shown to the learner); an owner given as "module:Class" is
-# imported only when a guard needs it (torch.nn.attention.bias pulls in torch._dynamo).
+# (owner, attribute, the name shown to the learner); an owner given as "module" or
+# "module:Class" is imported only when a guard needs it (torch.nn.attention.bias pulls in
+# torch._dynamo), and the rules pickle by name (the judge sends them to the kata process).
 Site = tuple[object, str, str]
 
 
@@ -115,8 +116,8 @@ _ENGINE = "autograd (torch.autograd.grad, .backward() or torch.func)"
 AUTOGRAD = Rules(
     kernels=("_backward", "_make_dual"),  # autograd's kernels (softmax_backward_data & co), forward-mode AD
     python=(
-        (torch.autograd, "_engine_run_backward", _ENGINE),
-        (torch.autograd.graph, "_engine_run_backward", _ENGINE),
+        ("torch.autograd", "_engine_run_backward", _ENGINE),
+        ("torch.autograd.graph", "_engine_run_backward", _ENGINE),
     ),
     no_graph=True,
     why="this kata asks you to derive the gradients by hand",
@@ -126,7 +127,7 @@ CAUSAL_MASK = Rules(
     code=(
         (nn.Transformer, "generate_square_subsequent_mask", "nn.Transformer.generate_square_subsequent_mask"),
         (
-            torch.nn.modules.transformer,
+            "torch.nn.modules.transformer",
             "_generate_square_subsequent_mask",
             "nn.Transformer.generate_square_subsequent_mask",
         ),
@@ -229,10 +230,12 @@ def refuse_escape_hatches(path: Path, kata_name: str) -> None:
 
 
 def _resolve(owner):
+    """An owner given by name ("module" or "module:Class") imported, so rules pickle by name."""
     if not isinstance(owner, str):
         return owner
     module, _, name = owner.partition(":")
-    return functools.reduce(getattr, name.split("."), importlib.import_module(module))
+    found = importlib.import_module(module)
+    return functools.reduce(getattr, name.split("."), found) if name else found
 
 
 def _function_of(raw):
@@ -487,6 +490,12 @@ def install_checkpoints(rules: Rules) -> None:
         _replace_once(owner, attribute, make)
 
 
+@functools.lru_cache(maxsize=4096)
+def _trusted(filename: str) -> bool:
+    """Whether code from this file may switch the modes off: torch's own, and the judge's."""
+    return os.path.realpath(filename).startswith(TRUSTED_FOLDERS)
+
+
 def install_hatch_tripwires() -> None:
     """The escape hatches replaced by tripwires: called from outside torch and the judge
     while a guard is on, they trip; otherwise they are what they were."""
@@ -500,10 +509,8 @@ def install_hatch_tripwires() -> None:
             @functools.wraps(original)
             def tripwire(*args, **kwargs):
                 guard = _state.guard
-                if guard is not None:
-                    caller = os.path.realpath(sys._getframe(1).f_code.co_filename)
-                    if not caller.startswith(TRUSTED_FOLDERS):
-                        guard.trip(f"{shown}, which switches the grader's checks off")
+                if guard is not None and not _trusted(sys._getframe(1).f_code.co_filename):
+                    guard.trip(f"{shown}, which switches the grader's checks off")
                 return original(*args, **kwargs)
 
             return tripwire

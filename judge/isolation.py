@@ -31,6 +31,7 @@ from pathlib import Path
 from judge.protocol import Begin, EventTail, TestReport
 
 TAIL_CHARS = 400  # characters of a dead process's output shown in its message
+ATTACKED = 86  # the exit code of a judging process whose kata killed one of the grader's processes
 SWEEP_SECONDS = 5.0  # how long the grader waits for the watcher to clear the kata's processes
 PR_SET_CHILD_SUBREAPER = 36
 _WORD = struct.Struct("<i")
@@ -150,6 +151,18 @@ def _sweep() -> None:
                 except (ProcessLookupError, PermissionError):
                     pass
         time.sleep(0.001)
+
+
+PR_SET_DUMPABLE = 4
+
+
+def keep_to_myself() -> None:
+    """Not dumpable: other processes of the same (non-root) user can no longer read this
+    one's memory or open its files through /proc/<pid>/ (its results file, its pipes)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _become_subreaper() -> None:

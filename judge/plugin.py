@@ -13,33 +13,28 @@ results file, each failure with its kind, decided here from the exception itself
 
 from __future__ import annotations
 
-import errno
 import os
 import random
 import resource
 import sys
-import threading
-import time
 import zlib
 from pathlib import Path
 
 import pytest
 import torch
 
-from judge import forbidden
-from judge.forbidden import ForbiddenCallError
-from judge.loading import KataLoadError, TorchStateChanged, load_guarded, load_kata, restore_torch_state, torch_state
+from judge.failures import error_kind
+from judge.isolation import keep_to_myself
+from judge.loading import load_kata, restore_torch_state, torch_state
 from judge.protocol import Begin, Collected, ErrorKind, EventWriter, Finish, Outcome, Start, TestReport, Timing
+from judge.remote.client import KataProcess, RemoteKata
+from judge.remote.zygote import Zygote
 from judge.testing.checks import MESSAGE_LIMIT, Inconclusive
 from judge.timing import TIMING_THREADS
+from judge.warm import warm_up
 
 OUTPUT_LIMIT = 300  # characters of a test's captured output kept in the report
 NO_CUDA = "CUDA is not available"
-THREAD_GRACE = 0.5  # seconds a thread the kata started may take to finish after a test
-
-
-class ThreadLeftRunning(Exception):
-    """The kata left a thread running after a test: work out of the grader's sight."""
 
 
 def pytest_addoption(parser):
@@ -54,6 +49,9 @@ def pytest_addoption(parser):
         "--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: CPU, plus CUDA when available"
     )
     group.addoption("--results", default=None, help="(grader) append one JSON line per event to this file")
+    group.addoption(
+        "--results-private", action="store_true", help="(grader) delete the results file's name once it is open"
+    )
     group.addoption("--memory-limit-mb", type=int, default=0, help="(grader) address-space limit on CPU-only runs")
     group.addoption("--output-limit-mb", type=int, default=0, help="(grader) limit on bytes written to files")
     group.addoption(
@@ -79,6 +77,14 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "kata_cuda: a case that needs CUDA (left out where there is none)")
     apply_limits(config)
     config.torch_baseline = torch_state()  # before any kata is imported
+    # Kata processes are forked from here, before this process runs any tensor operation,
+    # with the real stderr (the log; pytest captures this process's) for their crash reports,
+    # and warm: what a kata's first call imports (two seconds of sympy and dynamo) is here.
+    if config.getoption("kata_timing"):
+        config.kata_zygote = None
+    else:
+        warm_up()
+        config.kata_zygote = Zygote(stderr=real_stderr(config))
     seed = config.getoption("seed")
     config.kata_seed = random.SystemRandom().randrange(1_000_000) if seed is None else seed
     results = config.getoption("results")
@@ -86,6 +92,13 @@ def pytest_configure(config):
         config.pluginmanager.register(ResultWriter(Path(results), config), "kata-results")
     else:  # the maintainers' test suite: its checks of texts read English whatever the locale
         os.environ.setdefault("KATAS_LANG", "en")
+
+
+def real_stderr(config) -> int | None:
+    """This process's stderr before pytest captured it (a descriptor pytest keeps), if any."""
+    capture = getattr(config.pluginmanager.get_plugin("capturemanager"), "_global_capturing", None)
+    err = getattr(capture, "err", None)
+    return getattr(err, "targetfd_save", None)
 
 
 def pytest_report_header(config):
@@ -130,17 +143,20 @@ def pytest_collection_modifyitems(session, config, items):
 
 @pytest.fixture(scope="module")
 def kata(request):
-    """The kata under test, loaded from --impl by the test module's SPEC: escape hatches
-    refused, torch's state checked after the import, its public symbol guarded."""
+    """The kata under test, from --impl, in a kata process of its own (this process never
+    imports it): loaded there by the test module's SPEC, escape hatches refused, torch's
+    state checked after the import, its public symbols guarded; here, proxies to them."""
     spec = request.module.SPEC
     path = impl_path(request.config, spec.kata)
     writer = request.config.pluginmanager.get_plugin("kata-results")
+    process = KataProcess(request.config.kata_zygote, mirror_death=writer is not None)
     if writer is not None:  # the grader's clock: a hang here is the file's top-level code
         writer.events.write(Begin(nodeid=writer.running, importing=path.name))
-    kata = load_guarded(path, spec.guarded_symbols, spec.kata, request.config.torch_baseline)
+    kata = process.load(str(path), spec.kata, spec.guarded_symbols, str(request.module.__file__))
     if writer is not None:
         writer.events.write(Begin(nodeid=writer.running))
-    return kata
+    yield kata
+    process.close()
 
 
 @pytest.fixture(autouse=True)
@@ -148,30 +164,16 @@ def kata_left_nothing_behind(request):
     """One kata must not poison the next: torch's global settings are as they were, no
     refusal went unreported (a swallowed one, one in a thread) and no thread it started
     is still running."""
-    before, trips = set(threading.enumerate()), forbidden.trips()
+    process = None
+    if "kata" in request.fixturenames and hasattr(request.module, "SPEC"):
+        kata = request.getfixturevalue("kata")
+        process = kata._process if isinstance(kata, RemoteKata) else None
+    if process is not None:
+        process.request("begin_test")
     yield
-    restore_torch_state(request.config.torch_baseline, when="the kata")
-    if refused := forbidden.TRIPPED[trips:]:
-        raise ForbiddenCallError(refused[0])
-    if running := still_running(before):
-        names = ", ".join(thread.name for thread in running[:3])
-        raise ThreadLeftRunning(
-            f"the kata left {len(running)} thread(s) running after the call ({names}): everything it "
-            "computes must be done when it returns; join the threads it starts (or use `with` on an executor)"
-        )
-
-
-def still_running(before: set) -> list[threading.Thread]:
-    """Threads started during the test and still alive after a short grace."""
-    started = [thread for thread in threading.enumerate() if thread not in before]
-    deadline = time.monotonic() + THREAD_GRACE
-    for thread in started:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    return [thread for thread in started if thread.is_alive()]
-
-
-def pytest_runtest_setup(item):
-    item.kata_trips = forbidden.trips()
+    restore_torch_state(request.config.torch_baseline, when="the test")
+    if process is not None:
+        process.request("end_test")  # raises what the kata left behind, as the kata raised it
 
 
 @pytest.fixture
@@ -210,11 +212,20 @@ def pytest_runtest_makereport(item, call):
         if call.excinfo is not None:
             report.kata_error = describe_error(item, call.excinfo)
             report.kata_diagnosis = list(getattr(call.excinfo.value, "kata_diagnosis", []))
-        refused = forbidden.TRIPPED[getattr(item, "kata_trips", forbidden.trips()) :]
+        refused = refusals(item) if call.when == "call" else []
         if refused:  # a refusal the kata swallowed (or met in a thread) decides what went wrong
             report.kata_error = (ErrorKind.FORBIDDEN, "ForbiddenCallError", refused[0][:MESSAGE_LIMIT])
             report.kata_diagnosis = []
     return report
+
+
+def refusals(item) -> list[str]:
+    """The kata process's refusals during this test (a swallowed one is still one)."""
+    kata = getattr(item, "funcargs", {}).get("kata")
+    try:
+        return kata._process.request("trips")["refused"] if isinstance(kata, RemoteKata) else []
+    except Exception:  # noqa: BLE001 - a dead kata process has nothing more to say
+        return []
 
 
 def kata_frames(item, excinfo) -> list[int | None]:
@@ -226,35 +237,12 @@ def kata_frames(item, excinfo) -> list[int | None]:
     return [entry.lineno + 1 if Path(str(entry.path)).resolve() == kata_file else None for entry in excinfo.traceback]
 
 
-def error_kind(error: BaseException, frames: list[int | None]) -> ErrorKind:
-    """The kind of a failure, from the exception itself and where it was raised."""
-    from_kata = any(line is not None for line in frames)
-    if isinstance(error, KataLoadError):
-        return ErrorKind.LOAD
-    if isinstance(error, ForbiddenCallError):
-        return ErrorKind.FORBIDDEN
-    if isinstance(error, TorchStateChanged):
-        return ErrorKind.STATE
-    if isinstance(error, ThreadLeftRunning):
-        return ErrorKind.THREAD_LEFT_RUNNING
-    if isinstance(error, NotImplementedError) and frames and frames[-1] is not None:  # the kata raised it itself
-        return ErrorKind.NOT_IMPLEMENTED
-    if isinstance(error, AssertionError):
-        return ErrorKind.MISMATCH
-    if isinstance(error, (MemoryError, torch.OutOfMemoryError)) or (
-        isinstance(error, RuntimeError) and "can't allocate memory" in str(error)  # c10's CPU allocator
-    ):
-        return ErrorKind.OUT_OF_MEMORY
-    if isinstance(error, OSError) and error.errno == errno.EFBIG:
-        return ErrorKind.OUTPUT_LIMIT
-    if isinstance(error, TypeError) and not from_kata:
-        return ErrorKind.SIGNATURE
-    return ErrorKind.RAISED
-
-
 def describe_error(item, excinfo) -> tuple[ErrorKind, str, str]:
     """(kind, exception type, one-paragraph message), pointing into the kata file when it raised there."""
     error = excinfo.value
+    if hasattr(error, "kata_error"):  # raised in the kata process, described there
+        kind, name, text = error.kata_error
+        return kind, name, text if len(text) <= MESSAGE_LIMIT else text[:MESSAGE_LIMIT] + " ..."
     frames = kata_frames(item, excinfo)
     lines = [line for line in frames if line is not None]
     kind = error_kind(error, frames)
@@ -285,6 +273,9 @@ class ResultWriter:
 
     def __init__(self, path: Path, config):
         self.events = EventWriter(path)
+        if config.getoption("results_private"):  # no kata process can open it by name
+            os.unlink(path)
+            keep_to_myself()
         self.config = config
         self.names: dict[str, str] = {}
         self.outcomes: dict[str, dict] = {}

@@ -8,7 +8,7 @@ check that needs a GPU) are left out of the count and listed, never passed.
 
 from __future__ import annotations
 
-from judge.isolation import ProcessEnd, exit_reason
+from judge.isolation import ATTACKED, ProcessEnd, exit_reason
 from judge.language import tr
 from judge.limits import Limits
 from judge.protocol import (
@@ -103,7 +103,7 @@ def classify(name: str, events: list[Event], end: ProcessEnd, tail: str, limits:
                 seconds=limits.test_timeout,
             ),
         )
-    if end.orphaned:
+    if end.orphaned or end.returncode == ATTACKED:
         return result(
             Status.CRASH,
             tr(

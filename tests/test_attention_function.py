@@ -16,6 +16,7 @@ from test_attention_backward import FULL, GRAD_TOLERANCES, NAMES, judge_gradient
 from torch.autograd.gradcheck import GradcheckError
 
 from judge.forbidden import AUTOGRAD
+from judge.remote.client import observe
 from judge.testing.attention import case_table, relative_scale
 from judge.testing.checks import (
     assert_close,
@@ -131,6 +132,20 @@ def test_output_and_gradients_match_pytorch_attention(kata, rng, gen, dtype, dev
             check_function(kata, make_inputs(gen, case, dtype, device), *settings(rng, case, index))
 
 
+def saved_shapes(function, *args) -> list:
+    """The shapes of what function.apply(*args) saves for backward (run where the kata runs:
+    saved tensors never leave the process that made them)."""
+    saved = []
+
+    def pack(tensor):
+        saved.append(list(tensor.shape))
+        return tensor
+
+    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        function.apply(*args)
+    return saved
+
+
 def test_forward_saves_tensors_for_backward(kata, rng, gen):
     """Tensors kept for backward go through ctx.save_for_backward, which saved-tensor hooks see."""
     case = SPEC.cases.random(rng)[0]
@@ -138,14 +153,7 @@ def test_forward_saves_tensors_for_backward(kata, rng, gen):
 
     def check(implementation) -> dict:
         leaves = leaves_of(query, key, value)
-        saved = []
-
-        def pack(tensor):
-            saved.append(list(tensor.shape))
-            return tensor
-
-        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-            implementation.AttentionFunction.apply(*leaves, True, None)
+        saved = observe(implementation, saved_shapes, implementation.AttentionFunction, *leaves, True, None)
         if not saved:
             raise AssertionError(
                 f"{apply_repr(*leaves, True, None)}: forward saved no tensor with ctx.save_for_backward. Keep "

@@ -66,6 +66,11 @@ EXPECTED = {  # tests/broken/<kata>/<file> -> (status, words its message must co
     "causal_mask/kills_the_fork_server": ("crash", "the process grading it died"),
     "causal_mask/deletes_its_own_file": ("pass", "tests passed"),  # graded from a private copy
     "causal_mask/leaves_a_thread_running": ("fail", "thread(s) running"),
+    # issue 16: the kata runs in a process of its own; the tests, references and results file elsewhere
+    "causal_mask/patches_the_comparison": ("fail", "tests failed"),
+    "causal_mask/bends_the_reference": ("fail", "tests failed"),
+    "causal_mask/writes_the_results_file": ("fail", "tests failed"),
+    "scaled_dot_product_attention/reads_the_expected_from_the_caller": ("fail", "tests failed"),
 }
 SHORT = (
     "causal_mask/endless_loop",

@@ -32,6 +32,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # the tests may trac
 from torch.utils._pytree import tree_flatten
 
 from judge.forbidden import ATTENTION
+from judge.remote.client import observe
 from judge.testing.attention import relative_scale
 from judge.testing.checks import (
     Mismatch,
@@ -174,6 +175,16 @@ def reference(query, key, value, *, is_causal=False, scale=None, **_):
     return output, torch.logsumexp(scores, dim=-1)
 
 
+def traced_call(function, query, key, value, head_size, kwargs) -> tuple:
+    """function(query, key, value, **kwargs) under a CreatedTensors of its own, run where the
+    kata's code runs (in the kata process for the learner's): (its result, what it created)."""
+    tracer = CreatedTensors(head_size)
+    with tracer:
+        result = function(query, key, value, **kwargs)
+    seen = ("largest", "largest_bytes", "largest_what", "scores")
+    return result, {name: getattr(tracer, name) for name in seen}
+
+
 def call_kata(kata, query, key, value, tracer=None, **kwargs):
     """(call, output, logsumexp), every input checked unchanged afterwards; under `tracer`
     when one is given (only the kata's own call is traced)."""
@@ -182,8 +193,9 @@ def call_kata(kata, query, key, value, tracer=None, **kwargs):
     def run():
         if tracer is None:
             return kata.flash_attention(query, key, value, **kwargs)
-        with tracer:
-            return kata.flash_attention(query, key, value, **kwargs)
+        result, seen = observe(kata, traced_call, kata.flash_attention, query, key, value, tracer.head_size, kwargs)
+        vars(tracer).update(seen, largest=tuple(seen["largest"]))
+        return result
 
     result = call_and_check_inputs(run, call, query=query, key=key, value=value)
     if not isinstance(result, (tuple, list)) or len(result) != 2:

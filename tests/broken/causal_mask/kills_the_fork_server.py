@@ -1,4 +1,4 @@
-"""Broken causal_mask: kills the grader's fork server, its grandparent (only that process: nothing else). Expected verdict: crash, and the grader goes on with a new server."""
+"""Broken causal_mask: kills the grader's fork server, the topmost of its ancestors running `grader.py _serve` (only that process: nothing else). Expected verdict: crash, and the grader goes on with a new server."""
 import os
 import signal
 
@@ -8,9 +8,19 @@ def _parent_of(pid: int) -> int:
         return int(stat.read().rpartition(b")")[2].split()[1])
 
 
+def _serves(pid: int) -> bool:
+    with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+        return b"_serve" in cmdline.read()
+
+
 def causal_mask(seq_len, *, device=None):
-    server = _parent_of(os.getppid())
-    with open(f"/proc/{server}/cmdline", "rb") as cmdline:
-        if b"_serve" in cmdline.read():
-            os.kill(server, signal.SIGKILL)
+    pid, server = os.getpid(), None
+    while pid > 1:
+        pid = _parent_of(pid)
+        if _serves(pid):
+            server = pid
+        elif server is not None:
+            break
+    if server is not None:
+        os.kill(server, signal.SIGKILL)
     raise AssertionError("the fork server was not where expected")

@@ -1,0 +1,131 @@
+"""The fork server of kata processes, forked from the judging process before it runs any
+tensor operation (a fork after torch has started its threads can hang), so each kata
+process starts warm, in a few milliseconds, and holds nothing of the judge's later state.
+
+It closes every file descriptor it inherited but its socket and the standard streams, so
+no kata process holds the judge's results file. It answers two requests: fork (a new kata
+process, whose end of a fresh socket pair it hands to the judge) and status (how one of
+its kata processes ended, once it has).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import socket
+import struct
+import traceback
+
+from judge.remote.wire import ChannelClosed, dump_request, load_request, recv_frame, send_frame
+
+_STATUS = struct.Struct("<iq")  # (pid, raw wait status)
+
+
+class Zygote:
+    """The judge's end of the fork server."""
+
+    def __init__(self, *, stderr: int | None = None):
+        mine, theirs = socket.socketpair()
+        pid = os.fork()
+        if pid == 0:
+            mine.close()
+            _main(theirs, stderr)
+        theirs.close()
+        self.sock, self.pid = mine, pid
+
+    def spawn(self) -> tuple[socket.socket, int]:
+        """A new kata process: (the judge's socket to it, its pid)."""
+        send_frame(self.sock, dump_request({"op": "fork"}))
+        message, fds, _, _ = socket.recv_fds(self.sock, 64, 1)
+        if not fds:
+            raise ChannelClosed("the fork server of kata processes is gone")
+        return socket.socket(fileno=fds[0]), int(message)
+
+    def status(self, pid: int) -> int | None:
+        """The raw wait status of kata process `pid` (waiting for it to end), or None."""
+        try:
+            send_frame(self.sock, dump_request({"op": "status", "pid": pid}))
+            _, status = _STATUS.unpack(recv_frame(self.sock))
+        except (OSError, ChannelClosed, struct.error):
+            return None
+        return None if status < 0 else status
+
+    def alive(self) -> bool:
+        """Whether the fork server still answers. A round trip, not a look at its state: a
+        SIGKILL sent before this call has always landed by the time it would answer."""
+        try:
+            send_frame(self.sock, dump_request({"op": "ping"}))
+            return recv_frame(self.sock) == b"pong"
+        except (OSError, ChannelClosed):
+            return False
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _main(sock: socket.socket, stderr: int | None) -> None:
+    """The fork server's loop; never returns. `stderr`: where kata processes report crashes."""
+    try:
+        if stderr is not None:
+            os.dup2(stderr, 2)
+        keep = {0, 1, 2, sock.fileno()}
+        for fd in map(int, os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else range(3, 256):
+            if fd not in keep:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        ended: dict[int, int] = {}  # kata processes reaped so far -> their wait status
+        while True:
+            try:
+                request = load_request(recv_frame(sock))
+            except ChannelClosed:
+                break
+            _reap(ended)
+            if request["op"] == "fork":
+                judge_end, kata_end = socket.socketpair()
+                pid = os.fork()
+                if pid == 0:
+                    sock.close()
+                    judge_end.close()
+                    _serve(kata_end)
+                kata_end.close()
+                socket.send_fds(sock, [str(pid).encode()], [judge_end.fileno()])
+                judge_end.close()
+            elif request["op"] == "ping":
+                send_frame(sock, b"pong")
+            elif request["op"] == "status":
+                status = ended.pop(request["pid"], None)
+                if status is None:
+                    try:
+                        _, status = os.waitpid(request["pid"], 0)
+                    except ChildProcessError:
+                        status = -1
+                send_frame(sock, _STATUS.pack(request["pid"], status))
+    finally:
+        os._exit(0)
+
+
+def _reap(ended: dict[int, int]) -> None:
+    """Collect the kata processes that have ended (no zombies pile up over a long run)."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        ended[pid] = status
+
+
+def _serve(sock: socket.socket) -> None:
+    """A kata process's life; never returns."""
+    try:
+        from judge.remote.server import serve
+
+        faulthandler.enable(file=os.fdopen(os.dup(2), "w"), all_threads=False)
+        serve(sock)
+    except BaseException:  # noqa: BLE001 - the log says why, the judge sees the socket close
+        traceback.print_exc()
+    finally:
+        os._exit(70)
