@@ -122,6 +122,11 @@ def _flat_containers(value, out: list | None = None, top: bool = True) -> list:
     return out
 
 
+def _keys_of(state: dict) -> list[str]:
+    """The tensors a state names, as fingerprint keys ("params.weight")."""
+    return [f"{group}.{name}" for group in ("params", "buffers", "tensors") for name in state.get(group, {})]
+
+
 def _record_a_graph(p: torch.Tensor) -> None:
     """Make `p` hold a grad_fn, as the kata's tensor does (an in-place op that recorded a graph)."""
     with torch.enable_grad():
@@ -597,16 +602,22 @@ class KataProcess:
             mirror._modules[name] = self.mirror(child, adopt=mirror._modules.get(name) if adopted else None)
         if "training" in state:
             mirror.training = state["training"]
-        self.remember(mirror)
+        self.remember(mirror, _keys_of(state))
 
-    def remember(self, mirror) -> None:
+    def remember(self, mirror, keys=None) -> None:
         """What the kata process's object now holds, as this mirror: fingerprints, and a copy
-        of the values (a write through .data changes them and leaves the fingerprint)."""
+        of the values (a write through .data changes them and leaves the fingerprint); only
+        for `keys` (the tensors that went across) when given."""
         handle = mirror._kata_handle
-        self.prints[handle] = self.tensor_prints(mirror)
-        self.values[handle] = {
-            key: self.tensor_at(handle, key).detach().clone() for key in self.prints[handle] if key != "training"
-        }
+        now = self.tensor_prints(mirror)
+        if keys is None or handle not in self.prints:
+            self.prints[handle], self.values[handle] = now, {}
+            keys = [key for key in now if key != "training"]
+        self.prints[handle]["training"] = now.get("training")
+        for key in keys:
+            if key in now:
+                self.prints[handle][key] = now[key]
+                self.values[handle][key] = self.tensor_at(handle, key).detach().clone()
 
     def tensor_prints(self, mirror) -> dict:
         prints = {}
@@ -653,7 +664,7 @@ class KataProcess:
                 state.setdefault(group, {})[name] = (tensor.detach(), tensor.requires_grad)
             if state:
                 out[handle] = state
-            self.remember(mirror)
+                self.remember(mirror, _keys_of(state))
         return out
 
 

@@ -50,6 +50,11 @@ def fingerprint(tensor: torch.Tensor) -> tuple:
     )
 
 
+def _keys_of(state: dict) -> list[str]:
+    """The tensors a state names, as fingerprint keys ("params.weight")."""
+    return [f"{group}.{name}" for group in ("params", "buffers", "tensors") for name in state.get(group, {})]
+
+
 def _unchanged(value, before) -> bool:
     """Whether an encoded plain attribute is what the judge last got (tensors inside: resent)."""
     if type(value) is not type(before) or _flat_tensors(value, []):
@@ -416,7 +421,7 @@ class KataServer:
                     current = getattr(obj, name)
                     if current.requires_grad != requires_grad and current.is_leaf:
                         current.requires_grad_(requires_grad)
-            self.remember(handle, obj)
+            self.remember(handle, obj, _keys_of(state))
 
     # ----------------------------------------------------------------------- the kata's values
 
@@ -495,11 +500,20 @@ class KataServer:
         state["plain"] = self.plain_sent[id(obj)] = self.plain_of(obj)
         return state
 
-    def remember(self, handle: int, obj) -> None:
+    def remember(self, handle: int, obj, keys=None) -> None:
         """What the judge's mirror of `obj` now holds: fingerprints, and a copy of the values
-        (a write through .data changes them and leaves the fingerprint as it was)."""
-        self.prints[handle] = self.tensor_prints(obj)
-        self.values[handle] = {key: t.detach().clone() for key, t in self.tensors_of(obj).items()}
+        (a write through .data changes them and leaves the fingerprint as it was); only for
+        `keys` (the tensors that went across) when given."""
+        now = self.tensor_prints(obj)
+        if keys is None or handle not in self.prints:
+            self.prints[handle], self.values[handle] = now, {}
+            keys = [key for key in now if key != "training"]
+        self.prints[handle]["training"] = now.get("training")
+        tensors = self.tensors_of(obj)
+        for key in keys:
+            if key in now:
+                self.prints[handle][key] = now[key]
+                self.values[handle][key] = tensors[key].detach().clone()
 
     def tensors_of(self, obj) -> dict:
         found = {}
@@ -551,7 +565,7 @@ class KataServer:
             state = self.state_of_changed(obj, before, now, self.values.get(handle, {}))
             if state:
                 out[handle] = state
-            self.remember(handle, obj)
+                self.remember(handle, obj, _keys_of(state))
         return out
 
     def state_of_changed(self, obj, before: dict, now: dict, values: dict) -> dict:

@@ -124,6 +124,12 @@ def _serve(sock: socket.socket) -> None:
         from judge.remote.server import serve
 
         faulthandler.enable(file=os.fdopen(os.dup(2), "w"), all_threads=False)
+        # One thread: the kata process and the judging process take turns, and idle OpenMP
+        # workers spinning in one would take the other's core (tests are small; timing is
+        # done elsewhere, with its own thread count).
+        import torch
+
+        torch.set_num_threads(1)
         serve(sock)
     except BaseException:  # noqa: BLE001 - the log says why, the judge sees the socket close
         traceback.print_exc()
