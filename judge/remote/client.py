@@ -30,7 +30,7 @@ from judge.forbidden import ForbiddenCallError
 from judge.isolation import ATTACKED, exit_reason
 from judge.loading import KataLoadError, TorchStateChanged
 from judge.protocol import ErrorKind
-from judge.remote.server import same_values
+from judge.remote.tensors import fingerprint, flat_containers, flat_tensors, keys_of, same_kind, same_values
 from judge.remote.wire import (
     ChannelClosed,
     dump_request,
@@ -96,64 +96,12 @@ def mirror_death(status: int) -> None:
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
 
-def _flat_tensors(value, out: list) -> list:
-    if isinstance(value, torch.Tensor):
-        out.append(value)
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            _flat_tensors(item, out)
-    elif isinstance(value, dict):
-        for item in value.values():
-            _flat_tensors(item, out)
-    return out
-
-
-def _flat_containers(value, out: list | None = None, top: bool = True) -> list:
-    """The lists and dicts among a call's arguments, in the order the kata process walks them."""
-    out = [] if out is None else out
-    if isinstance(value, (list, dict)) and not top:
-        out.append(value)
-    if isinstance(value, (tuple, list)):
-        for item in value:
-            _flat_containers(item, out, top=False)
-    elif isinstance(value, dict):
-        for item in value.values():
-            _flat_containers(item, out, top=False)
-    return out
-
-
-def _keys_of(state: dict) -> list[str]:
-    """The tensors a state names, as fingerprint keys ("params.weight")."""
-    return [f"{group}.{name}" for group in ("params", "buffers", "tensors") for name in state.get(group, {})]
-
-
 def _record_a_graph(p: torch.Tensor) -> None:
     """Make `p` hold a grad_fn, as the kata's tensor does (an in-place op that recorded a graph)."""
     with torch.enable_grad():
         if p.is_leaf and p.requires_grad:
             p.requires_grad_(False)
         p.add_(torch.zeros((), dtype=p.dtype, device=p.device, requires_grad=True))
-
-
-def _same_kind(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dtype == b.dtype and a.device == b.device and a.shape == b.shape and a.stride() == b.stride()
-
-
-def _fingerprint(tensor: torch.Tensor) -> tuple:
-    pointer = 0 if tensor.is_meta else tensor.untyped_storage().data_ptr()
-    return (
-        id(tensor),
-        pointer,
-        tensor._version,
-        tensor.dtype,
-        tensor.device,
-        tuple(tensor.shape),
-        tensor.stride(),
-        tensor.requires_grad,
-    )
-
-
-# --------------------------------------------------------------------------- proxies
 
 
 class RemoteFunction:
@@ -252,7 +200,7 @@ class _Bridge(torch.autograd.Function):
         process, request = _pending.call
         answer = process.request("call", **request)
         _pending.answer = answer
-        outputs = _flat_tensors(answer["result"], [])
+        outputs = flat_tensors(answer["result"], [])
         ctx.process, ctx.graph, ctx.differentiable = process, answer["graph"], answer["differentiable"]
         ctx.mark_non_differentiable(*[t for t, d in zip(outputs, ctx.differentiable) if not d])
         ctx.set_materialize_grads(False)  # an output the loss never used sends no gradient, as in one process
@@ -380,8 +328,8 @@ class KataProcess:
         generators: list = []
         roots = [self.mirrors.get(handle), args, kwargs]
         involved = self.involved(roots)
-        flat = _flat_tensors([args, kwargs], [])
-        containers = _flat_containers(args) + _flat_containers(kwargs)
+        flat = flat_tensors([args, kwargs], [])
+        containers = flat_containers(args) + flat_containers(kwargs)
         contents = [list(c.values()) if isinstance(c, dict) else list(c) for c in containers]
         request = {
             "handle": handle,
@@ -444,7 +392,7 @@ class KataProcess:
             generator.set_state(state)
         with torch.no_grad():
             for index, value in answer["written"].items():
-                if _same_kind(flat[index], value) or flat[index].shape == value.shape:
+                if same_kind(flat[index], value) or flat[index].shape == value.shape:
                     flat[index].copy_(value)
         for index, entries in answer["refilled"].items():  # a list or dict argument the kata changed
             container, before = containers[index], contents[index]
@@ -569,7 +517,7 @@ class KataProcess:
                     continue
                 if not torch._has_compatible_shallow_copy_type(p, data):  # another device type, as .to() does
                     mirror._parameters[name] = p = nn.Parameter(data, requires_grad=requires_grad)
-                elif moved or not _same_kind(p, data):
+                elif moved or not same_kind(p, data):
                     p.data = data
                 else:
                     p.copy_(data)
@@ -584,14 +532,14 @@ class KataProcess:
                     continue
                 data, moved = entry[0], entry[2] if len(entry) > 2 else True
                 b = mirror._buffers.get(name)
-                if b is None or moved or not _same_kind(b, data):
+                if b is None or moved or not same_kind(b, data):
                     mirror._buffers[name] = data
                 else:
                     b.copy_(data)
             for name, entry in state.get("tensors", {}).items():
                 data, requires_grad, moved = entry[0], entry[1], entry[2] if len(entry) > 2 else True
                 current = vars(mirror).get(name)
-                if not isinstance(current, torch.Tensor) or moved or not _same_kind(current, data):
+                if not isinstance(current, torch.Tensor) or moved or not same_kind(current, data):
                     vars(mirror)[name] = data.requires_grad_(requires_grad) if requires_grad else data
                 else:
                     current.copy_(data)
@@ -602,7 +550,7 @@ class KataProcess:
             mirror._modules[name] = self.mirror(child, adopt=mirror._modules.get(name) if adopted else None)
         if "training" in state:
             mirror.training = state["training"]
-        self.remember(mirror, _keys_of(state))
+        self.remember(mirror, keys_of(state))
 
     def remember(self, mirror, keys=None) -> None:
         """What the kata process's object now holds, as this mirror: fingerprints, and a copy
@@ -622,12 +570,12 @@ class KataProcess:
     def tensor_prints(self, mirror) -> dict:
         prints = {}
         if isinstance(mirror, nn.Module):
-            prints |= {f"params.{n}": _fingerprint(p) for n, p in mirror._parameters.items() if p is not None}
-            prints |= {f"buffers.{n}": _fingerprint(b) for n, b in mirror._buffers.items() if b is not None}
+            prints |= {f"params.{n}": fingerprint(p) for n, p in mirror._parameters.items() if p is not None}
+            prints |= {f"buffers.{n}": fingerprint(b) for n, b in mirror._buffers.items() if b is not None}
             prints["training"] = mirror.training
         for name, value in vars(mirror).items():
             if not name.startswith("_") and isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
-                prints[f"tensors.{name}"] = _fingerprint(value)
+                prints[f"tensors.{name}"] = fingerprint(value)
         return prints
 
     def involved(self, roots) -> list[int]:
@@ -664,7 +612,7 @@ class KataProcess:
                 state.setdefault(group, {})[name] = (tensor.detach(), tensor.requires_grad)
             if state:
                 out[handle] = state
-                self.remember(mirror, _keys_of(state))
+                self.remember(mirror, keys_of(state))
         return out
 
 

@@ -28,6 +28,7 @@ from torch import nn
 from judge import forbidden
 from judge.failures import ThreadLeftRunning, error_kind
 from judge.loading import load_guarded, restore_torch_state, torch_state
+from judge.remote.tensors import fingerprint, flat_containers, flat_tensors, keys_of, same_kind, same_values
 from judge.remote.wire import ChannelClosed, dump_answer, load_request, recv_frame, send_frame, tag_of, tagged
 
 PRINTED_LIMIT = 2000  # characters of what the kata printed during one request passed to the judge
@@ -35,43 +36,14 @@ THREAD_GRACE = 0.5  # seconds a thread the kata started may take to finish after
 PLAIN = (bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device, torch.Size)
 
 
-def fingerprint(tensor: torch.Tensor) -> tuple:
-    """What changes when a tensor is written, replaced, moved or made to need gradients."""
-    pointer = 0 if tensor.is_meta else tensor.untyped_storage().data_ptr()
-    return (
-        id(tensor),
-        pointer,
-        tensor._version,
-        tensor.dtype,
-        tensor.device,
-        tuple(tensor.shape),
-        tensor.stride(),
-        tensor.requires_grad,
-    )
-
-
-def _keys_of(state: dict) -> list[str]:
-    """The tensors a state names, as fingerprint keys ("params.weight")."""
-    return [f"{group}.{name}" for group in ("params", "buffers", "tensors") for name in state.get(group, {})]
-
-
 def _unchanged(value, before) -> bool:
     """Whether an encoded plain attribute is what the judge last got (tensors inside: resent)."""
-    if type(value) is not type(before) or _flat_tensors(value, []):
+    if type(value) is not type(before) or flat_tensors(value, []):
         return False
     try:
         return bool(value == before)
     except Exception:  # noqa: BLE001 - what cannot be compared is sent again
         return False
-
-
-def same_values(tensor: torch.Tensor, copy: torch.Tensor | None) -> bool:
-    """Whether `tensor` still holds `copy`'s values (a tensor on "meta" has none to change)."""
-    if copy is None:
-        return False
-    if tensor.is_meta:
-        return True
-    return tensor.dtype == copy.dtype and tensor.shape == copy.shape and bool(torch.equal(tensor.detach(), copy))
 
 
 def is_data(value, depth: int = 0) -> bool:
@@ -112,18 +84,6 @@ def properties_of(cls: type) -> list[str]:
             continue
         names |= {name for name, value in vars(klass).items() if isinstance(value, property)}
     return sorted(names)
-
-
-def _flat_tensors(value, out: list) -> list:
-    if isinstance(value, torch.Tensor):
-        out.append(value)
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            _flat_tensors(item, out)
-    elif isinstance(value, dict):
-        for item in value.values():
-            _flat_tensors(item, out)
-    return out
 
 
 class KataServer:
@@ -233,9 +193,9 @@ class KataServer:
         args, kwargs = self.decode(args, generators), self.decode(kwargs, generators)
         target = self.objects[handle]
         function = target if name is None else getattr(target, name)
-        inputs = _flat_tensors([args, kwargs], [])
+        inputs = flat_tensors([args, kwargs], [])
         versions = [t._version for t in inputs]
-        containers = _flat_containers(args) + _flat_containers(kwargs)
+        containers = flat_containers(args) + flat_containers(kwargs)
         contents = [_content(c) for c in containers]
         hooks = [self.objects[h].register_forward_hook(self.hook_for(h, "hook"), with_kwargs=True) for h in watch]
         hooks += [self.objects[h].register_forward_pre_hook(self.hook_for(h, "pre"), with_kwargs=True) for h in watch]
@@ -264,7 +224,7 @@ class KataServer:
         answer["sync"] = self.changes(self.involved([target, args, kwargs, result]))
         answer["adopted"] = {token: self.describe(obj, self.register(obj)[0]) for token, obj in self.adopted}
         if bridge is not None:
-            outputs = _flat_tensors(result, [])
+            outputs = flat_tensors(result, [])
             differentiable = [t.requires_grad for t in outputs]
             leaves = [self.locate(where, inputs) for where in bridge]
             graph = len(self.graphs) + 1
@@ -406,7 +366,7 @@ class KataServer:
                 for name, (data, requires_grad) in state.get(group, {}).items():
                     current = getattr(obj, name, None)
                     with torch.no_grad():
-                        if isinstance(current, torch.Tensor) and _same_kind(current, data):
+                        if isinstance(current, torch.Tensor) and same_kind(current, data):
                             current.copy_(data)
                         elif isinstance(current, nn.Parameter) and torch._has_compatible_shallow_copy_type(
                             current, data
@@ -421,7 +381,7 @@ class KataServer:
                     current = getattr(obj, name)
                     if current.requires_grad != requires_grad and current.is_leaf:
                         current.requires_grad_(requires_grad)
-            self.remember(handle, obj, _keys_of(state))
+            self.remember(handle, obj, keys_of(state))
 
     # ----------------------------------------------------------------------- the kata's values
 
@@ -565,7 +525,7 @@ class KataServer:
             state = self.state_of_changed(obj, before, now, self.values.get(handle, {}))
             if state:
                 out[handle] = state
-                self.remember(handle, obj, _keys_of(state))
+                self.remember(handle, obj, keys_of(state))
         return out
 
     def state_of_changed(self, obj, before: dict, now: dict, values: dict) -> dict:
@@ -634,27 +594,9 @@ class KataServer:
         return None
 
 
-def _flat_containers(value, out: list | None = None, top: bool = True) -> list:
-    """The lists and dicts among a call's arguments, in a fixed order (the judge walks the same)."""
-    out = [] if out is None else out
-    if isinstance(value, (list, dict)) and not top:
-        out.append(value)
-    if isinstance(value, (tuple, list)):
-        for item in value:
-            _flat_containers(item, out, top=False)
-    elif isinstance(value, dict):
-        for item in value.values():
-            _flat_containers(item, out, top=False)
-    return out
-
-
 def _content(container) -> list:
     entries = container.items() if isinstance(container, dict) else enumerate(container)
     return [(key, id(value)) for key, value in entries]
-
-
-def _same_kind(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dtype == b.dtype and a.device == b.device and a.shape == b.shape and a.stride() == b.stride()
 
 
 def _is_function(value) -> bool:
