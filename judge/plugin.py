@@ -1,14 +1,17 @@
-"""The pytest plugin of the kata process (tests/conftest.py loads it).
+"""The pytest plugin of the judging process (tests/conftest.py loads it).
 
 Options: --impl (which kata files), --seed (replay the hidden shapes), --device, and for
-the grader --results (the results file it owns), the memory and output limits, and
---kata-timing (time the kata against its reference instead of running the tests).
+the grader --results (the results file it owns; --results-private: its name deleted once
+open), the memory and output limits, and --kata-timing (time the kata against its
+reference instead of running the tests).
 
-It takes torch's global state before the kata is imported and checks it after the import
-and after each test; it decides before the kata loads which tests this machine cannot run
-(CUDA without CUDA) and leaves them out; it loads the kata named by the test module's
-SPEC, guarded by the spec's forbidden-call rules; and it writes one event per step to the
-results file, each failure with its kind, decided here from the exception itself.
+Before any test module is imported it forks the fork server of kata processes; it decides
+before the kata loads which tests this machine cannot run (CUDA without CUDA) and leaves
+them out; it has the kata named by the test module's SPEC loaded in a kata process of its
+own, guarded by the spec's forbidden-call rules, and hands the tests proxies to it; after
+each test it has the kata process report what the kata left behind (torch's state, a
+refusal, a thread); and it writes one event per step to the results file, each failure
+with its kind, decided from the exception itself (in the kata process for the kata's).
 """
 
 from __future__ import annotations
