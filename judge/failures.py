@@ -40,3 +40,21 @@ def error_kind(error: BaseException, frames: list[int | None]) -> ErrorKind:
     if isinstance(error, TypeError) and not from_kata:
         return ErrorKind.SIGNATURE
     return ErrorKind.RAISED
+
+
+# Failures whose message is written to be read as is; the others read "Type: message".
+READ_AS_IS = (
+    ErrorKind.MISMATCH,
+    ErrorKind.LOAD,
+    ErrorKind.FORBIDDEN,
+    ErrorKind.STATE,
+    ErrorKind.THREAD_LEFT_RUNNING,
+)
+
+
+def failure_text(kind: ErrorKind, name: str, message: str, where: str = "") -> str:
+    """The message the learner reads; `where` (" (raised at kata.py, line 12)") is added to
+    an exception the kata raised."""
+    if kind in READ_AS_IS:
+        return message
+    return f"{name}: {message}".rstrip(": ") + where

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from judge.failures import error_kind
+from judge.failures import error_kind, failure_text
 from judge.isolation import keep_to_myself
 from judge.loading import load_kata, restore_torch_state, torch_state
 from judge.protocol import Begin, Collected, ErrorKind, EventWriter, Finish, Outcome, Start, TestReport, Timing
@@ -231,36 +231,15 @@ def refusals(item) -> list[str]:
         return []
 
 
-def kata_frames(item, excinfo) -> list[int | None]:
-    """For each entry of the traceback, innermost last: its line if it is in the kata file, else None."""
-    spec = getattr(item.module, "SPEC", None)
-    if spec is None:
-        return []
-    kata_file = impl_path(item.config, spec.kata).resolve()
-    return [entry.lineno + 1 if Path(str(entry.path)).resolve() == kata_file else None for entry in excinfo.traceback]
-
-
 def describe_error(item, excinfo) -> tuple[ErrorKind, str, str]:
-    """(kind, exception type, one-paragraph message), pointing into the kata file when it raised there."""
+    """(kind, exception type, one-paragraph message): as the kata process described it when
+    the kata raised it there, else (a check of the judge's) from the exception here."""
     error = excinfo.value
-    if hasattr(error, "kata_error"):  # raised in the kata process, described there
+    if hasattr(error, "kata_error"):
         kind, name, text = error.kata_error
-        return kind, name, text if len(text) <= MESSAGE_LIMIT else text[:MESSAGE_LIMIT] + " ..."
-    frames = kata_frames(item, excinfo)
-    lines = [line for line in frames if line is not None]
-    kind = error_kind(error, frames)
-    name = type(error).__name__
-    plain = kind in (
-        ErrorKind.MISMATCH,
-        ErrorKind.LOAD,
-        ErrorKind.FORBIDDEN,
-        ErrorKind.STATE,
-        ErrorKind.THREAD_LEFT_RUNNING,
-    )  # written to be read as is
-    text = str(error) if plain else f"{name}: {error}".rstrip(": ")
-    if lines and not plain:
-        spec = item.module.SPEC
-        text += f" (raised at {impl_path(item.config, spec.kata).name}, line {lines[-1]})"
+    else:
+        kind, name = error_kind(error, []), type(error).__name__
+        text = failure_text(kind, name, str(error))
     return kind, name, text if len(text) <= MESSAGE_LIMIT else text[:MESSAGE_LIMIT] + " ..."
 
 

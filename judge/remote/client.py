@@ -30,7 +30,7 @@ from judge.forbidden import ForbiddenCallError
 from judge.isolation import ATTACKED, exit_reason
 from judge.loading import KataLoadError, TorchStateChanged
 from judge.protocol import ErrorKind
-from judge.remote.tensors import fingerprint, flat_containers, flat_tensors, keys_of, same_kind, same_values
+from judge.remote.tensors import Seen, flat_containers, flat_tensors, involved, keys_of, same_kind, tensor_at
 from judge.remote.wire import (
     ChannelClosed,
     dump_request,
@@ -52,7 +52,6 @@ _JUDGE_ERRORS = {
     "ThreadLeftRunning": ThreadLeftRunning,
     "OutOfMemoryError": torch.OutOfMemoryError,
 }
-_PLAIN_KINDS = {ErrorKind.MISMATCH, ErrorKind.LOAD, ErrorKind.FORBIDDEN, ErrorKind.STATE, ErrorKind.THREAD_LEFT_RUNNING}
 _pending = threading.local()
 
 
@@ -60,7 +59,7 @@ class KataDied(Exception):
     """The kata process ended in the middle of a call."""
 
 
-def rebuild_error(answer: dict, kata_file: str) -> BaseException:
+def rebuild_error(answer: dict) -> BaseException:
     """The kata's exception as the judge raises it: the same class where it is a builtin
     (so `except ValueError` works) or one of the judge's, else a RuntimeError of that name;
     `kata_error` carries its kind and the message the learner reads."""
@@ -74,10 +73,7 @@ def rebuild_error(answer: dict, kata_file: str) -> BaseException:
         )
     except Exception:  # noqa: BLE001 - an exception class with another signature
         error = type(name, (RuntimeError,), {"__module__": "kata"})(message)
-    text = message if kind in _PLAIN_KINDS else f"{name}: {message}".rstrip(": ")
-    if answer["line"] is not None and kind not in _PLAIN_KINDS:
-        text += f" (raised at {os.path.basename(kata_file)}, line {answer['line']})"
-    error.kata_error = (kind, name, text)
+    error.kata_error = (kind, name, answer["text"])
     return error
 
 
@@ -229,11 +225,9 @@ class KataProcess:
         self.zygote, self.mirror_death = zygote, mirror_death
         self.sock, self.pid = zygote.spawn()
         self.mirrors: dict[int, object] = {}
-        self.prints: dict[int, dict] = {}
-        self.values: dict[int, dict] = {}  # handle -> tensor key -> the values the kata process has
+        self.seen = Seen()  # what the kata process holds of each mirrored object
         self.classes: dict[tuple, type] = {}
         self.origins: dict[int, object] = {}  # token -> one of the judge's objects passed by value
-        self.kata_file = ""
         self.closed = False
 
     def close(self) -> None:
@@ -256,7 +250,7 @@ class KataProcess:
         if op == "end_test" and not self.zygote.alive():  # the kata killed its parent, our fork server
             self.attacked()
         if tag_of(answer) == "error":
-            raise rebuild_error(answer, self.kata_file)
+            raise rebuild_error(answer)
         return answer
 
     def run_hooks(self, call: dict) -> dict:
@@ -304,7 +298,6 @@ class KataProcess:
 
     def load(self, path: str, kata: str, symbols: dict, test_module: str) -> RemoteKata:
         """Have the kata process import the kata file, each symbol guarded by its rules."""
-        self.kata_file = path
         description = self.request("load", path=path, kata=kata, symbols=symbols, test_module=test_module)["kata"]
         return RemoteKata(self, description)
 
@@ -327,7 +320,7 @@ class KataProcess:
     def call(self, handle: int, name: str | None, args: tuple, kwargs: dict, *, apply: bool = False):
         generators: list = []
         roots = [self.mirrors.get(handle), args, kwargs]
-        involved = self.involved(roots)
+        mirrored = self.involved(roots)
         flat = flat_tensors([args, kwargs], [])
         containers = flat_containers(args) + flat_containers(kwargs)
         contents = [list(c.values()) if isinstance(c, dict) else list(c) for c in containers]
@@ -336,7 +329,7 @@ class KataProcess:
             "name": name,
             "args": self.encode(args, generators),
             "kwargs": self.encode(kwargs, generators),
-            "sync": self.changes(involved),
+            "sync": self.changes(mirrored),
             "rng": torch.get_rng_state(),
             "grad": torch.is_grad_enabled(),
             "inference": torch.is_inference_mode_enabled(),
@@ -344,12 +337,12 @@ class KataProcess:
             "bridge": None,
             "watch": [
                 h
-                for h in involved
+                for h in mirrored
                 if getattr(self.mirrors[h], "_forward_hooks", None)
                 or getattr(self.mirrors[h], "_forward_pre_hooks", None)
             ],
         }
-        inputs, where = self.bridge_inputs(args, flat, involved, apply)
+        inputs, where = self.bridge_inputs(args, flat, mirrored, apply)
         if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs):
             request["bridge"] = where
             _pending.call = (self, request)
@@ -448,19 +441,8 @@ class KataProcess:
             return {k: self.decode(v, tensors) for k, v in value.items()}
         return value
 
-    def tensor_at(self, handle: int, key: str) -> torch.Tensor:
-        mirror = self.mirrors[handle]
-        group, name = key.split(".", 1)
-        return (
-            mirror._parameters[name]
-            if group == "params"
-            else mirror._buffers[name]
-            if group == "buffers"
-            else vars(mirror)[name]
-        )
-
     def view(self, value: dict) -> torch.Tensor:
-        base = self.tensor_at(value["h"], value["key"])
+        base = tensor_at(self.mirrors[value["h"]], value["key"])
         return base.detach().as_strided(value["size"], value["stride"], value["offset"])
 
     # ----------------------------------------------------------------------- mirrors
@@ -508,7 +490,7 @@ class KataProcess:
         with torch.no_grad():
             for name, entry in state.get("params", {}).items():
                 if entry is None or entry[0] == "shared":
-                    mirror._parameters[name] = None if entry is None else self.tensor_at(*entry[1:])
+                    mirror._parameters[name] = None if entry is None else tensor_at(self.mirrors[entry[1]], entry[2])
                     continue
                 data, requires_grad, moved = entry[0], entry[1], entry[2] if len(entry) > 2 else True
                 p = mirror._parameters.get(name)
@@ -528,7 +510,7 @@ class KataProcess:
                     p.requires_grad_(requires_grad)
             for name, entry in state.get("buffers", {}).items():
                 if entry is None or entry[0] == "shared":
-                    mirror._buffers[name] = None if entry is None else self.tensor_at(*entry[1:])
+                    mirror._buffers[name] = None if entry is None else tensor_at(self.mirrors[entry[1]], entry[2])
                     continue
                 data, moved = entry[0], entry[2] if len(entry) > 2 else True
                 b = mirror._buffers.get(name)
@@ -550,69 +532,26 @@ class KataProcess:
             mirror._modules[name] = self.mirror(child, adopt=mirror._modules.get(name) if adopted else None)
         if "training" in state:
             mirror.training = state["training"]
-        self.remember(mirror, keys_of(state))
-
-    def remember(self, mirror, keys=None) -> None:
-        """What the kata process's object now holds, as this mirror: fingerprints, and a copy
-        of the values (a write through .data changes them and leaves the fingerprint); only
-        for `keys` (the tensors that went across) when given."""
-        handle = mirror._kata_handle
-        now = self.tensor_prints(mirror)
-        if keys is None or handle not in self.prints:
-            self.prints[handle], self.values[handle] = now, {}
-            keys = [key for key in now if key != "training"]
-        self.prints[handle]["training"] = now.get("training")
-        for key in keys:
-            if key in now:
-                self.prints[handle][key] = now[key]
-                self.values[handle][key] = self.tensor_at(handle, key).detach().clone()
-
-    def tensor_prints(self, mirror) -> dict:
-        prints = {}
-        if isinstance(mirror, nn.Module):
-            prints |= {f"params.{n}": fingerprint(p) for n, p in mirror._parameters.items() if p is not None}
-            prints |= {f"buffers.{n}": fingerprint(b) for n, b in mirror._buffers.items() if b is not None}
-            prints["training"] = mirror.training
-        for name, value in vars(mirror).items():
-            if not name.startswith("_") and isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
-                prints[f"tensors.{name}"] = fingerprint(value)
-        return prints
+        self.seen.remember(mirror._kata_handle, mirror, keys_of(state))
 
     def involved(self, roots) -> list[int]:
-        found, stack, seen = [], list(roots), set()
-        while stack:
-            value = stack.pop()
-            if isinstance(value, (tuple, list)):
-                stack.extend(value)
-            elif isinstance(value, dict):
-                stack.extend(value.values())
-            elif getattr(value, "_kata_process", None) is self and value._kata_handle not in seen:
-                seen.add(value._kata_handle)
-                found.append(value._kata_handle)
-                if isinstance(value, nn.Module):
-                    stack.extend(child for child in value._modules.values() if child is not None)
-        return found
+        """Handles of the mirrors reachable from `roots` (their submodules too)."""
+        return involved(roots, lambda v: v._kata_handle if getattr(v, "_kata_process", None) is self else None)
 
     def changes(self, handles: list[int]) -> dict:
         """The judge's changes to mirrored objects since the kata process last heard of them."""
         out = {}
         for handle in handles:
             mirror = self.mirrors[handle]
-            before, now = self.prints.get(handle, {}), self.tensor_prints(mirror)
-            state: dict = {}
-            for key, print_ in now.items():
-                if key == "training":
-                    if before.get(key) != print_:
-                        state["training"] = print_
-                    continue
-                tensor = self.tensor_at(handle, key)
-                if before.get(key) == print_ and same_values(tensor, self.values.get(handle, {}).get(key)):
-                    continue
+            keys, mode = self.seen.changed(handle, mirror)
+            state: dict = {"training": mirror.training} if mode else {}
+            for key in keys:
                 group, name = key.split(".", 1)
+                tensor = tensor_at(mirror, key)
                 state.setdefault(group, {})[name] = (tensor.detach(), tensor.requires_grad)
             if state:
                 out[handle] = state
-                self.remember(mirror, keys_of(state))
+                self.seen.remember(handle, mirror, keys)
         return out
 
 

@@ -26,9 +26,9 @@ import torch
 from torch import nn
 
 from judge import forbidden
-from judge.failures import ThreadLeftRunning, error_kind
+from judge.failures import ThreadLeftRunning, error_kind, failure_text
 from judge.loading import load_guarded, restore_torch_state, torch_state
-from judge.remote.tensors import fingerprint, flat_containers, flat_tensors, keys_of, same_kind, same_values
+from judge.remote.tensors import Seen, flat_containers, flat_tensors, involved, keys_of, same_kind, tensor_at
 from judge.remote.wire import ChannelClosed, dump_answer, load_request, recv_frame, send_frame, tag_of, tagged
 
 PRINTED_LIMIT = 2000  # characters of what the kata printed during one request passed to the judge
@@ -57,33 +57,25 @@ def is_data(value, depth: int = 0) -> bool:
     return isinstance(value, (torch.Tensor, *PLAIN))
 
 
-def is_plain(value) -> bool:
-    if isinstance(value, (tuple, list)):
-        return all(is_plain(v) for v in value)
-    return isinstance(value, PLAIN)
+def _defined_by_the_kata(cls: type, wanted) -> list[str]:
+    """Names of the attributes `wanted(value)` picks among those the kata's classes define
+    (not object's, nor torch's own classes')."""
+    names = set()
+    for klass in cls.__mro__:
+        if klass in (object, nn.Module) or klass.__module__.startswith("torch."):
+            continue
+        names |= {name for name, value in vars(klass).items() if wanted(value)}
+    return sorted(names)
 
 
 def methods_of(cls: type) -> list[str]:
     """Functions the kata's class defines (below nn.Module or object), forward excepted."""
-    names = set()
-    for klass in cls.__mro__:
-        if klass in (object, nn.Module) or klass.__module__.startswith("torch."):
-            continue
-        names |= {
-            name
-            for name, value in vars(klass).items()
-            if callable(value) or isinstance(value, (staticmethod, classmethod))
-        }
-    return sorted(name for name in names if name not in ("forward", "__init__") and not name.startswith("__"))
+    found = _defined_by_the_kata(cls, lambda v: callable(v) or isinstance(v, (staticmethod, classmethod)))
+    return [name for name in found if name not in ("forward", "__init__") and not name.startswith("__")]
 
 
 def properties_of(cls: type) -> list[str]:
-    names = set()
-    for klass in cls.__mro__:
-        if klass in (object, nn.Module) or klass.__module__.startswith("torch."):
-            continue
-        names |= {name for name, value in vars(klass).items() if isinstance(value, property)}
-    return sorted(names)
+    return _defined_by_the_kata(cls, lambda v: isinstance(v, property))
 
 
 class KataServer:
@@ -91,8 +83,7 @@ class KataServer:
         self.sock = sock
         self.objects: dict[int, object] = {}
         self.handles: dict[int, int] = {}  # id(object) -> handle
-        self.prints: dict[int, dict[str, tuple]] = {}  # handle -> tensor key -> fingerprint
-        self.values: dict[int, dict[str, torch.Tensor]] = {}  # handle -> tensor key -> values the judge has
+        self.seen = Seen()  # what the judge holds of each object it mirrors
         self.graphs: dict[int, tuple] = {}
         self.kata = None
         self.tests = None  # the kata's test module, for its probes (imported on the first)
@@ -103,12 +94,11 @@ class KataServer:
         self.described: set[int] = set()  # handles of objects the judge mirrors
         self.plain_sent: dict[int, dict] = {}  # id(object) -> the plain attributes the judge last got
         self.adopted: list[tuple[int, object]] = []  # (token, object) the judge passed by value in this call
-        self.shared: dict[int, tuple[int, str]] = {}  # id(tensor) -> (handle, key) where it was first described
+        self.shared: dict[int, tuple] = {}  # id(tensor) -> (weak reference to it, handle, key) where first described
 
     # ----------------------------------------------------------------------- the loop
 
     def serve(self) -> None:
-        self.log = os.fdopen(os.dup(2), "w")  # where the kata process's own failures are told
         self.printed = tempfile.TemporaryFile()  # what the kata prints, handed to the judge after each request
         for fd in (1, 2):
             os.dup2(self.printed.fileno(), fd)
@@ -150,13 +140,14 @@ class KataServer:
             for entry in traceback.extract_tb(error.__traceback__)
         ]
         lines = [line for line in frames if line is not None]
-        kind = error_kind(error, frames)
+        kind, name = error_kind(error, frames), type(error).__name__
+        where = f" (raised at {Path(self.kata_file).name}, line {lines[-1]})" if lines else ""
         return tagged(
             "error",
-            type=type(error).__name__,
+            type=name,
             message=str(error),
             kind=str(kind),
-            line=lines[-1] if lines else None,
+            text=failure_text(kind, name, str(error), where),
             errno=getattr(error, "errno", None),
         )
 
@@ -381,7 +372,7 @@ class KataServer:
                     current = getattr(obj, name)
                     if current.requires_grad != requires_grad and current.is_leaf:
                         current.requires_grad_(requires_grad)
-            self.remember(handle, obj, keys_of(state))
+            self.seen.remember(handle, obj, keys_of(state))
 
     # ----------------------------------------------------------------------- the kata's values
 
@@ -396,7 +387,7 @@ class KataServer:
     def encode(self, value, *, views: bool = True, top: bool = False):
         if isinstance(value, torch.Tensor):
             return (self.view_of(value) if views else None) or value.detach()
-        if is_plain(value) and not isinstance(value, (tuple, list)):
+        if isinstance(value, PLAIN):
             return value
         if isinstance(value, tuple):
             return tuple(self.encode(v, views=views) for v in value)
@@ -425,7 +416,7 @@ class KataServer:
             return out
         out |= self.state_of(obj, handle)
         out["methods"] = methods_of(cls)
-        self.remember(handle, obj)
+        self.seen.remember(handle, obj)
         self.described.add(handle)
         return out
 
@@ -460,104 +451,38 @@ class KataServer:
         state["plain"] = self.plain_sent[id(obj)] = self.plain_of(obj)
         return state
 
-    def remember(self, handle: int, obj, keys=None) -> None:
-        """What the judge's mirror of `obj` now holds: fingerprints, and a copy of the values
-        (a write through .data changes them and leaves the fingerprint as it was); only for
-        `keys` (the tensors that went across) when given."""
-        now = self.tensor_prints(obj)
-        if keys is None or handle not in self.prints:
-            self.prints[handle], self.values[handle] = now, {}
-            keys = [key for key in now if key != "training"]
-        self.prints[handle]["training"] = now.get("training")
-        tensors = self.tensors_of(obj)
-        for key in keys:
-            if key in now:
-                self.prints[handle][key] = now[key]
-                self.values[handle][key] = tensors[key].detach().clone()
-
-    def tensors_of(self, obj) -> dict:
-        found = {}
-        if isinstance(obj, nn.Module):
-            found |= {f"params.{n}": p for n, p in obj._parameters.items() if p is not None}
-            found |= {f"buffers.{n}": b for n, b in obj._buffers.items() if b is not None}
-        for name, value in getattr(obj, "__dict__", {}).items():
-            if not name.startswith("_") and isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
-                found[f"tensors.{name}"] = value
-        return found
-
-    def tensor_prints(self, obj) -> dict:
-        prints = {}
-        if isinstance(obj, nn.Module):
-            prints |= {f"params.{n}": fingerprint(p) for n, p in obj._parameters.items() if p is not None}
-            prints |= {f"buffers.{n}": fingerprint(b) for n, b in obj._buffers.items() if b is not None}
-            prints["training"] = obj.training
-        for name, value in getattr(obj, "__dict__", {}).items():
-            if not name.startswith("_") and isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
-                prints[f"tensors.{name}"] = fingerprint(value)
-        return prints
-
     def involved(self, roots) -> list[int]:
-        """Handles of the registered objects reachable from `roots` (their submodules too)."""
-        found, stack = [], list(roots)
-        seen = set()
-        while stack:
-            value = stack.pop()
-            if isinstance(value, (tuple, list)):
-                stack.extend(value)
-            elif isinstance(value, dict):
-                stack.extend(value.values())
-            elif id(value) in self.handles and self.objects.get(self.handles[id(value)]) is value:
-                handle = self.handles[id(value)]
-                if handle in seen or handle not in self.described:
-                    continue
-                seen.add(handle)
-                found.append(handle)
-                if isinstance(value, nn.Module):
-                    stack.extend(child for child in value._modules.values() if child is not None)
-        return found
+        """Handles of the mirrored objects reachable from `roots` (their submodules too)."""
+        return involved(roots, self.described_handle)
+
+    def described_handle(self, value) -> int | None:
+        handle = self.handles.get(id(value))
+        if handle is None or self.objects.get(handle) is not value or handle not in self.described:
+            return None
+        return handle
 
     def changes(self, handles: list[int]) -> dict:
         """For each object: what changed since the judge last saw it."""
         out = {}
         for handle in handles:
             obj = self.objects[handle]
-            before, now = self.prints.get(handle, {}), self.tensor_prints(obj)
-            state = self.state_of_changed(obj, before, now, self.values.get(handle, {}))
+            keys, mode = self.seen.changed(handle, obj)
+            state: dict = {"training": obj.training} if mode else {}
+            for key in keys:
+                group, name = key.split(".", 1)
+                tensor = tensor_at(obj, key)
+                graph = type(tensor.grad_fn).__name__ if tensor.grad_fn is not None else None
+                moved = self.seen.moved(handle, obj, key)
+                state.setdefault(group, {})[name] = (tensor.detach(), tensor.requires_grad, moved, graph)
+            plain = self.plain_of(obj)
+            before = self.plain_sent.get(id(obj), {})
+            if changed := {name: v for name, v in plain.items() if not _unchanged(v, before.get(name))}:
+                state["plain"] = changed
+            self.plain_sent[id(obj)] = plain
             if state:
                 out[handle] = state
-                self.remember(handle, obj, keys_of(state))
+                self.seen.remember(handle, obj, keys)
         return out
-
-    def state_of_changed(self, obj, before: dict, now: dict, values: dict) -> dict:
-        state: dict = {}
-        for key, print_ in now.items():
-            if key == "training":
-                if before.get(key) != print_:
-                    state["training"] = print_
-                continue
-            group, name = key.split(".", 1)
-            tensor = (
-                obj._parameters[name]
-                if group == "params"
-                else obj._buffers[name]
-                if group == "buffers"
-                else vars(obj)[name]
-            )
-            if before.get(key) == print_ and same_values(tensor, values.get(key)):
-                continue
-            moved = before.get(key) is None or before[key][:2] != print_[:2]
-            graph = type(tensor.grad_fn).__name__ if tensor.grad_fn is not None else None
-            state.setdefault(group, {})[name] = (tensor.detach(), tensor.requires_grad, moved, graph)
-        plain = self.plain_of(obj)
-        changed = {
-            name: value
-            for name, value in plain.items()
-            if not _unchanged(value, self.plain_sent.get(id(obj), {}).get(name))
-        }
-        if changed:
-            state["plain"] = changed
-        self.plain_sent[id(obj)] = plain
-        return state
 
     def plain_of(self, obj) -> dict:
         """An object's public attributes made of plain values and tensors (in lists, tuples,
@@ -580,7 +505,7 @@ class KataServer:
         if tensor.is_meta or tensor.untyped_storage().nbytes() == 0:
             return None
         pointer = tensor.untyped_storage().data_ptr()
-        for handle, prints in self.prints.items():
+        for handle, prints in self.seen.prints.items():
             for key, print_ in prints.items():
                 if key != "training" and print_[1] == pointer:
                     return tagged(
