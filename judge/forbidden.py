@@ -324,7 +324,7 @@ class Guard:
         self.nets: list = []
         self.entry = None
         self.codes = _forbidden_codes(rules.code)
-        self.python_sites = {(_resolve(owner), attribute) for owner, attribute, _ in rules.python}
+        self.python_sites = _python_sites(rules.python)
 
     def message(self, name: str) -> str:
         action = name if name.startswith("records ") else f"calls {name}"
@@ -471,6 +471,14 @@ def _replace_once(owner, attribute: str, make) -> None:
     _installed.add(key)
 
 
+@functools.lru_cache(maxsize=64)
+def _python_sites(sites: tuple[Site, ...]) -> frozenset:
+    """(owner, attribute) of the rules' Python entry points, owners imported (cached: a guard
+    is made for every guarded call)."""
+    return frozenset((_resolve(owner), attribute) for owner, attribute, _ in sites)
+
+
+@functools.lru_cache(maxsize=64)
 def install_checkpoints(rules: Rules) -> None:
     """Each of the rules' Python entry points replaced by a checkpoint that trips while a
     guard naming it is on (on this thread), and otherwise calls through."""

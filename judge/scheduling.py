@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,10 +23,10 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from judge.engines import ForkEngine, ProcessEngine, kata_env, shown_as
+from judge.engines import ForkEngine, ProcessEngine, kata_env, private_copy, shown_as
 from judge.language import tr
 from judge.limits import Limits, limits_for
 from judge.paths import ROOT
@@ -153,12 +152,7 @@ def grade_all(
 
 def _snapshot(job: Job, folder: Path) -> Job:
     """The job on a private copy of its file (the same name, in a folder of its own)."""
-    folder.mkdir()
-    try:
-        copy = Path(shutil.copy2(job.path, folder / job.path.name))
-    except OSError:  # a missing file is reported as such by the grade
-        return job
-    return Job(job.name, copy, job.first_failure)
+    return replace(job, path=private_copy(job.path, folder))
 
 
 def server_died(job: Job, reason: str) -> KataResult:
