@@ -7,6 +7,8 @@ is a named operator applied to the current source, never a stale copy of it):
     name = "diagonal_blocked"               # unique within the kata
     why = "The diagonal is blocked too: a position must be able to see itself."
     expect = "fail"                          # or "forbidden", for a slip that delegates
+    tier = "core"                            # the tier whose test rejects it: "core" (the math)
+                                             # or "conventions" (every core test still passes)
     [[mutant.edit]]                          # one or more; applied in order
     find = "diagonal=1"                      # must occur exactly once, else the patch is stale
     replace = "diagonal=0"
@@ -28,6 +30,7 @@ from pathlib import Path
 from judge.paths import MUTANTS, SOLUTIONS
 
 EXPECTED = ("fail", "forbidden")
+TIERS = ("core", "conventions")  # judge.protocol.Tier
 
 
 class MutantError(ValueError):
@@ -49,6 +52,7 @@ class Mutant:
     edits: tuple[Edit, ...] = ()
     file: str | None = None
     why_zh: str | None = None  # the same sentence in Chinese, shown when the learner reads Chinese
+    tier: str | None = None  # the tier whose test rejects it (None: not yet declared)
 
     @property
     def id(self) -> str:
@@ -91,7 +95,7 @@ def load_mutants(kata: str, mutants: Path = MUTANTS) -> list[Mutant]:
     found: list[Mutant] = []
     for number, entry in enumerate(entries, 1):
         where = f"{path.name}, mutant #{number}"
-        unknown = sorted(set(entry) - {"name", "why", "why_zh", "expect", "edit", "file"})
+        unknown = sorted(set(entry) - {"name", "why", "why_zh", "expect", "edit", "file", "tier"})
         if unknown:
             raise MutantError(f"{where}: unknown field {unknown[0]!r}")
         name, why = entry.get("name"), entry.get("why")
@@ -113,10 +117,15 @@ def load_mutants(kata: str, mutants: Path = MUTANTS) -> list[Mutant]:
             raise MutantError(f"{where} ({name}): an edit must change something")
         if any(m.name == name for m in found):
             raise MutantError(f"{where}: mutant {name!r} is listed twice")
+        tier = entry.get("tier")
+        if tier is not None and tier not in TIERS:
+            raise MutantError(f"{where} ({name}): tier must be one of {TIERS}, got {tier!r}")
         why_zh = entry.get("why_zh")
         if why_zh is not None and (not isinstance(why_zh, str) or not why_zh.strip()):
             raise MutantError(f"{where} ({name}): why_zh, when given, must be a non-empty string")
-        found.append(Mutant(kata, name, why.strip(), expect, edits, entry.get("file"), why_zh and why_zh.strip()))
+        found.append(
+            Mutant(kata, name, why.strip(), expect, edits, entry.get("file"), why_zh and why_zh.strip(), tier)
+        )
     return found
 
 

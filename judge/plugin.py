@@ -28,11 +28,13 @@ import torch
 
 from judge.failures import error_kind, failure_text
 from judge.isolation import keep_to_myself
+from judge.language import tr
 from judge.loading import load_kata, restore_torch_state, torch_state
 from judge.protocol import Begin, Collected, ErrorKind, EventWriter, Finish, Outcome, Start, TestReport, Timing
 from judge.remote.client import KataProcess, RemoteKata
 from judge.remote.zygote import Zygote
 from judge.testing.checks import MESSAGE_LIMIT, Inconclusive
+from judge.testing.tiers import CONVENTIONS, CORE, tier_of
 from judge.timing import TIMING_THREADS
 from judge.warm import warm_up
 
@@ -78,6 +80,7 @@ def apply_limits(config) -> None:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "kata_cuda: a case that needs CUDA (left out where there is none)")
+    config.addinivalue_line("markers", "kata_tier(tier, stub_says=...): core or conventions (judge.testing.tiers)")
     apply_limits(config)
     config.torch_baseline = torch_state()  # before any kata is imported
     # Kata processes are forked from here, before this process runs any tensor operation,
@@ -133,8 +136,10 @@ def pytest_generate_tests(metafunc):
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """Cases this machine cannot run are left out here, before any kata code loads, and
-    reported as unavailable: never as a skip a kata could raise itself."""
+    """The core tests of each kata run first (a run stopped at its first failure then says
+    which tier failed). Cases this machine cannot run are left out here, before any kata code
+    loads, and reported as unavailable: never as a skip a kata could raise itself."""
+    items.sort(key=lambda item: tier_of(item)[0] == CONVENTIONS)  # stable: core first, each in file order
     if cuda_usable(config):
         return
     unavailable = [item for item in items if item.get_closest_marker("kata_cuda")]
@@ -155,7 +160,8 @@ def kata(request):
     process = KataProcess(request.config.kata_zygote, mirror_death=writer is not None)
     if writer is not None:  # the grader's clock: a hang here is the file's top-level code
         writer.events.write(Begin(nodeid=writer.running, importing=path.name))
-    kata = process.load(str(path), spec.kata, spec.guarded_symbols, str(request.module.__file__))
+    tests = (request.module.__name__, list(sys.path))
+    kata = process.load(str(path), spec.kata, spec.guarded_symbols, str(request.module.__file__), tests)
     if writer is not None:
         writer.events.write(Begin(nodeid=writer.running))
     yield kata
@@ -213,13 +219,22 @@ def pytest_runtest_makereport(item, call):
     elif report.failed:
         report.sections.append(("kata seed", f"replay with --seed {item.config.kata_seed}"))
         if call.excinfo is not None:
-            report.kata_error = describe_error(item, call.excinfo)
+            report.kata_error = as_convention(item, describe_error(item, call.excinfo))
             report.kata_diagnosis = list(getattr(call.excinfo.value, "kata_diagnosis", []))
         refused = refusals(item) if call.when == "call" else []
         if refused:  # a refusal the kata swallowed (or met in a thread) decides what went wrong
             report.kata_error = (ErrorKind.FORBIDDEN, "ForbiddenCallError", refused[0][:MESSAGE_LIMIT])
             report.kata_diagnosis = []
     return report
+
+
+def as_convention(item, error: tuple[ErrorKind, str, str]) -> tuple[ErrorKind, str, str]:
+    """A failed check of a convention says so, quoting the stub's line that states it."""
+    kind, name, text = error
+    tier, stub_says = tier_of(item)
+    if tier != CONVENTIONS or kind not in (ErrorKind.MISMATCH, ErrorKind.RAISED, ErrorKind.SIGNATURE):
+        return error
+    return kind, name, tr("a convention (the stub: \"{quote}\"): {text}", quote=stub_says, text=text)
 
 
 def refusals(item) -> list[str]:
@@ -260,14 +275,16 @@ class ResultWriter:
             keep_to_myself()
         self.config = config
         self.names: dict[str, str] = {}
+        self.tiers: dict[str, str] = {}
         self.outcomes: dict[str, dict] = {}
         self.running = ""  # the nodeid of the test now running
         self.events.write(Start(seed=config.kata_seed, pid=os.getpid()))
 
     def pytest_collection_finish(self, session):
         self.names = {item.nodeid: sentence(item) for item in session.items}
+        self.tiers = {item.nodeid: tier_of(item)[0] or CORE for item in session.items}
         unavailable = getattr(self.config, "kata_unavailable", {})
-        self.events.write(Collected(tests=self.names, unavailable=unavailable))
+        self.events.write(Collected(tests=self.names, unavailable=unavailable, tiers=self.tiers))
 
     def pytest_runtest_logstart(self, nodeid, location):
         self.running = nodeid  # the test whose setup may import the kata (see the kata fixture)
@@ -294,7 +311,8 @@ class ResultWriter:
 
     def pytest_runtest_logfinish(self, nodeid, location):
         outcome = self.outcomes.get(nodeid, {"outcome": Outcome.FAILED, "message": "no report"})
-        self.events.write(TestReport(nodeid=nodeid, name=self.names.get(nodeid, nodeid), **outcome))
+        tier = self.tiers.get(nodeid, CORE)
+        self.events.write(TestReport(nodeid=nodeid, name=self.names.get(nodeid, nodeid), tier=tier, **outcome))
 
     def pytest_sessionfinish(self, session, exitstatus):
         self.events.write(Finish(exitstatus=int(exitstatus), stopped=bool(session.shouldfail)))

@@ -40,6 +40,13 @@ class Outcome(StrEnum):
 UNJUDGED = (Outcome.INCONCLUSIVE, Outcome.UNAVAILABLE)
 
 
+class Tier(StrEnum):
+    """What a test judges (judge.testing.tiers): the math, or a convention the docstring states."""
+
+    CORE = "core"
+    CONVENTIONS = "conventions"
+
+
 class ErrorKind(StrEnum):
     """Why a test failed, decided in the kata process from the exception itself."""
 
@@ -101,6 +108,7 @@ class Collected(Event):
     tag: ClassVar[str] = "collected"
     tests: dict[str, str]
     unavailable: dict[str, list[str]] = field(default_factory=dict)
+    tiers: dict[str, str] = field(default_factory=dict)  # nodeid -> "core" or "conventions" (judge.testing.tiers)
 
 
 @dataclass
@@ -128,6 +136,7 @@ class TestReport(Event):
     message: str = ""
     output: str | None = None  # what the kata printed during the test, truncated
     diagnosis: list[str] = field(default_factory=list)  # which slip it looks like, what pattern it shows
+    tier: str | None = None  # "core" or "conventions"
 
 
 @dataclass
@@ -227,6 +236,7 @@ class KataResult:
     judged tests only. unjudged: tests this machine could not judge (a CUDA test without
     CUDA, a device check without a GPU), each {"name", "reason"}; never counted.
     diagnosis: what the first diagnosed failure looks like (a known slip, a pattern).
+    tiers: {"core": {"passed", "total"}, "conventions": {"passed", "total"}}, judged tests only.
     printed: what the kata printed in the first test where it printed (truncated); shown with
     advice to remove it, never counted against the kata."""
 
@@ -241,6 +251,7 @@ class KataResult:
     diagnosis: list[str] = field(default_factory=list)
     timing: dict = field(default_factory=dict)
     printed: str = ""
+    tiers: dict = field(default_factory=dict)
     internal_error: bool = False  # the grader, not the kata, is at fault (exit status 2)
 
     def to_json(self, *, internal: bool = False) -> dict:

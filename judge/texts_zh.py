@@ -214,6 +214,14 @@ ZH: dict[str, str] = {
     "{failed} of {total} tests failed; first: {name}: {message}": (
         "{total} 个测试中有 {failed} 个失败；第一个：{name}: {message}"
     ),
+    "the math is right ({passed}/{total} core); 1 convention missed: {name}: {message}": (
+        "数学部分正确（核心 {passed}/{total}）；差 1 条约定：{name}: {message}"
+    ),
+    "the math is right ({passed}/{total} core); {missed} conventions missed; first: {name}: {message}": (
+        "数学部分正确（核心 {passed}/{total}）；差 {missed} 条约定；第一条：{name}: {message}"
+    ),
+    # judge/plugin.py: a failed convention
+    'a convention (the stub: "{quote}"): {text}': "一条约定（桩代码写明：“{quote}”）：{text}",
     # judge/catalog.py: a kata named wrong
     "unknown kata {text!r}: did you mean {nearest}?": "没有名为 {text!r} 的题目：你是想输入 {nearest} 吗？",
     "unknown kata {text!r}; the katas are: {names}": "没有名为 {text!r} 的题目；所有题目：{names}",
@@ -226,6 +234,10 @@ ZH: dict[str, str] = {
     "{count} threads": "{count} 个线程",
     # reasons a test was not judged (data: judge.language.tr_data)
     "CUDA is not available": "没有可用的 CUDA",
+    "device handling not checked without a GPU: on the meta device (the stand-in for CUDA here) "
+    "the kata raised an error it does not raise on the CPU": (
+        "没有 GPU，无法检查设备处理：在 meta 设备（此处代替 CUDA）上，题目代码抛出了在 CPU 上不会出现的错误"
+    ),
     "device handling not checked without a GPU: the kata reads tensor values in Python": (
         "没有 GPU，无法检查设备处理：题目代码在 Python 中读取了张量的值"
     ),

@@ -21,6 +21,7 @@ from judge.protocol import (
     Outcome,
     Status,
     TestReport,
+    Tier,
     most_specific,
 )
 
@@ -44,6 +45,7 @@ def classify(name: str, events: list[Event], end: ProcessEnd, tail: str, limits:
         for test_name, reason in (collected.unavailable.values() if collected else [])
     ]
     unjudged += [{"name": r.name, "reason": r.message} for r in inconclusive]
+    tiers = tier_counts(tests, collected.tiers if collected else {}, reports)
 
     def result(status: Status, message: str, internal: bool = False) -> KataResult:
         score = passed / total if total > 0 else 0.0
@@ -61,6 +63,7 @@ def classify(name: str, events: list[Event], end: ProcessEnd, tail: str, limits:
             unjudged,
             diagnosis,
             printed=printed,
+            tiers=tiers,
             internal_error=internal,
         )
 
@@ -163,6 +166,22 @@ def classify(name: str, events: list[Event], end: ProcessEnd, tail: str, limits:
         )
         return result(Status.ERROR, f"{reason}: {tail}", True)
     head = failures[0]
+    core, conventions = tiers[Tier.CORE], tiers[Tier.CONVENTIONS]
+    if core["total"] and core["passed"] == core["total"]:
+        missed = conventions["total"] - conventions["passed"]
+        facts = {"passed": core["passed"], "total": core["total"], "name": head.name, "message": head.message}
+        if missed == 1:
+            return result(
+                Status.FAIL, tr("the math is right ({passed}/{total} core); 1 convention missed: {name}: {message}", **facts)
+            )
+        return result(
+            Status.FAIL,
+            tr(
+                "the math is right ({passed}/{total} core); {missed} conventions missed; first: {name}: {message}",
+                missed=missed,
+                **facts,
+            ),
+        )
     return result(
         Status.FAIL,
         tr(
@@ -175,9 +194,23 @@ def classify(name: str, events: list[Event], end: ProcessEnd, tail: str, limits:
     )
 
 
+def tier_counts(tests: dict[str, str], tiers: dict[str, str], reports: dict[str, TestReport]) -> dict:
+    """{tier: {"passed", "total"}} over the judged tests (an undeclared tier counts as core)."""
+    counts = {str(tier): {"passed": 0, "total": 0} for tier in Tier}
+    for nodeid in tests:
+        report = reports.get(nodeid)
+        if report is not None and report.outcome in UNJUDGED:
+            continue
+        count = counts[tiers.get(nodeid, Tier.CORE)]
+        count["total"] += 1
+        count["passed"] += report is not None and report.outcome == Outcome.PASSED
+    return counts
+
+
 def failure_record(report: TestReport) -> dict:
     """A failed test as the JSON report lists it."""
     record = {"name": report.name, "outcome": str(report.outcome), "kind": report.kind and str(report.kind)}
+    record["tier"] = report.tier
     record |= {"error": report.error, "message": report.message}
     if report.output:
         record["output"] = report.output

@@ -37,6 +37,13 @@ class MultiHeadAttention(nn.Module):
         - a query row whose every key is blocked is undefined and not judged.
         weights: per head (average_attn_weights=False in PyTorch's terms), the softmax
         probabilities; None when need_weights=False.
+
+    Conventions (judged apart from the math, as production code would need them):
+        - results follow the inputs' device (a causal mask made inside forward too).
+        - the inputs and masks are never changed in place.
+        - float16 and bfloat16 work: a blocked score is -inf, not -1e9 (out of float16's range).
+        - float64 inputs are computed in float64 throughout (no step in float32).
+        - autograd sees every step (no .detach(), .data or torch.no_grad() inside forward).
     """
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True):

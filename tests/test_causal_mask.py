@@ -1,12 +1,13 @@
 """causal_mask: judged against nn.Transformer.generate_square_subsequent_mask."""
 
-import pytest
 import torch
 from torch import nn
 
 from judge.forbidden import CAUSAL_MASK
-from judge.testing.checks import assert_equal_mask, call_repr, check_tensor_kind
+from judge.testing.checks import assert_equal_mask
+from judge.testing.functions import FunctionKata, named
 from judge.testing.spec import CaseTable, KataSpec, edge
+from judge.testing.tiers import convention, core
 
 
 def reference(seq_len: int, device="cpu") -> torch.Tensor:
@@ -32,24 +33,23 @@ SPEC = KataSpec(
     ),
     benchmark=benchmark,
 )
+MASK = FunctionKata(SPEC, outputs=named("mask"))
 
 
+@core
 def test_matches_generate_square_subsequent_mask(kata, rng):
     for case in SPEC.cases.cases(rng):
-        with case.judged():
-            n = case["n"]
-            with SPEC.diagnosing(lambda implementation, n=n: {"mask": implementation.causal_mask(n)}, case):
-                assert_equal_mask(kata.causal_mask(n), reference(n), call=call_repr("causal_mask", n))
+        with case.judged(), MASK.judging(kata, case["n"], sizes=case) as call:
+            assert_equal_mask(call["mask"], reference(case["n"]), call=call.text)
 
 
-@pytest.mark.parametrize("device_type", ["cpu", "other"])
-def test_mask_is_built_on_the_requested_device(kata, rng, device_type, other_device):
-    device = torch.device("cpu" if device_type == "cpu" else other_device)
-    n = rng.randrange(2, 20)
-    call = call_repr("causal_mask", n, device=device)
-    with SPEC.diagnosing(lambda implementation: {"mask": implementation.causal_mask(n, device=device)}, {"n": n}):
-        got = kata.causal_mask(n, device=device)
-        if device.type == "meta":  # meta tensors have a shape and a device but no values
-            check_tensor_kind(got, reference(n, device), call=call, what="mask")
-        else:
-            assert_equal_mask(got, reference(n, device), call=call)
+@convention("device: device of the result (None means the default device).")
+def test_mask_is_built_on_the_requested_device(kata, other_device):
+    n = SPEC.cases.edges[0]["n"]  # fixed: a verdict on the meta stand-in must not depend on the seed
+    MASK.on_device(
+        kata,
+        other_device,
+        make=lambda device: ((n,), {"device": device}),
+        expected=lambda device: {"mask": reference(n, device)},
+        compare=assert_equal_mask,
+    )

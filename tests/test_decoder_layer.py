@@ -12,9 +12,9 @@ import torch
 from torch import nn
 
 from judge.forbidden import ATTENTION
-from judge.testing import modules
+from judge.testing import modules_mirrored as modules
 from judge.testing.inputs import as_float_mask, blocked_mask, padding_mask, randn
-from judge.testing.modules import (
+from judge.testing.modules_mirrored import (
     CASES,
     LAYER_TOLERANCES,
     ModuleKata,

@@ -16,10 +16,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from judge.forbidden import ATTENTION
-from judge.testing import modules
+from judge.testing import modules_mirrored as modules
 from judge.testing.checks import assert_close, assert_raises_value_error, call_repr
 from judge.testing.inputs import randn, random_keep_mask
-from judge.testing.modules import ModuleKata, module_repr
+from judge.testing.modules_mirrored import ModuleKata, module_repr
 from judge.testing.spec import CaseTable, KataSpec, dtypes, edge
 
 FULL = [torch.float32, torch.float64]

@@ -16,10 +16,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from judge.forbidden import ATTENTION
-from judge.testing import modules
+from judge.testing import modules_mirrored as modules
 from judge.testing.checks import Mismatch, assert_raises_value_error, check_tensor_kind
 from judge.testing.inputs import randn
-from judge.testing.modules import NON_DEFAULT_EPS, ModuleKata, Probe
+from judge.testing.modules_mirrored import NON_DEFAULT_EPS, ModuleKata, Probe
 from judge.testing.rope import rope
 from judge.testing.spec import Case, CaseTable, KataSpec, dtypes, edge
 

@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from judge.forbidden import NONE
-from judge.testing import modules
+from judge.testing import modules_mirrored as modules
 from judge.testing.checks import (
     Mismatch,
     assert_close,
@@ -53,7 +53,7 @@ from judge.testing.checks import (
     describe,
 )
 from judge.testing.inputs import randn
-from judge.testing.modules import ModuleKata
+from judge.testing.modules_mirrored import ModuleKata
 from judge.testing.spec import Case, CaseTable, KataSpec, dtypes, edge
 
 FULL = [torch.float64, torch.float32]  # float64 first: the edge cases run in it, and show first

@@ -18,10 +18,10 @@ import torch
 from torch import nn
 
 from judge.forbidden import RMS_NORM
-from judge.testing import modules
+from judge.testing import modules_mirrored as modules
 from judge.testing.checks import assert_close, call_repr, describe
 from judge.testing.inputs import randn
-from judge.testing.modules import ModuleKata
+from judge.testing.modules_mirrored import ModuleKata
 from judge.testing.spec import CaseTable, KataSpec, dtypes, edge
 
 FULL = [torch.float32, torch.float64]

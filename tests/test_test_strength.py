@@ -121,6 +121,11 @@ def test_mutant_is_rejected(mutant, mutant_files, verdicts):
             f"mutant {mutant.id} was not recognised as its own slip: its diagnosis is {verdict.diagnosis}; "
             f"its first failure: {verdict.message}"
         )
+        if mutant.tier is not None:  # core tests run first: the first failure's tier is the slip's
+            assert verdict.failures[0].get("tier") == mutant.tier, (
+                f"mutant {mutant.id} is declared {mutant.tier!r} but was first rejected by a "
+                f"{verdict.failures[0].get('tier')!r} test: {verdict.failures[0]['name']}: {verdict.message}"
+            )
 
 
 @pytest.mark.timeout(900)

@@ -41,6 +41,7 @@ from judge.remote.wire import (
     tagged,
 )
 from judge.remote.zygote import Zygote
+from judge.testing.scenarios import Elsewhere
 
 _BUILTIN_ERRORS = {
     name: value for name, value in vars(builtins).items() if isinstance(value, type) and issubclass(value, Exception)
@@ -168,8 +169,9 @@ class MirrorObject:
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
 
-class RemoteKata:
-    """The learner's module as the tests see it: each attribute fetched from the kata process."""
+class RemoteKata(Elsewhere):
+    """The learner's module as the tests see it: scenarios run in the kata process (and, until
+    every test runs scenarios, each attribute fetched from it)."""
 
     def __init__(self, process: KataProcess, description: dict):
         self._process, self._handle = process, description["h"]
@@ -185,6 +187,13 @@ class RemoteKata:
 
     def __dir__(self):
         return list(self._names)
+
+    def run(self, function, args: tuple, kwargs: dict):
+        """A scenario (judge.testing.scenarios) run in the kata process on copies of its data."""
+        answer = self._process.request(
+            "run", module=function.__module__, name=function.__qualname__, args=args, kwargs=kwargs
+        )
+        return answer["value"]
 
 
 class _Bridge(torch.autograd.Function):
@@ -296,9 +305,12 @@ class KataProcess:
         reason = exit_reason(os.waitstatus_to_exitcode(status) if status is not None else None)
         raise KataDied(f"the kata process died ({reason})")
 
-    def load(self, path: str, kata: str, symbols: dict, test_module: str) -> RemoteKata:
-        """Have the kata process import the kata file, each symbol guarded by its rules."""
-        description = self.request("load", path=path, kata=kata, symbols=symbols, test_module=test_module)["kata"]
+    def load(self, path: str, kata: str, symbols: dict, test_module: str, tests: tuple = ()) -> RemoteKata:
+        """Have the kata process import the kata file, each symbol guarded by its rules (and
+        first the test module `tests` = (name, sys.path), whose scenarios run there)."""
+        description = self.request(
+            "load", path=path, kata=kata, symbols=symbols, test_module=test_module, tests=tests
+        )["kata"]
         return RemoteKata(self, description)
 
     def probe(self, function, *args, **kwargs):

@@ -29,7 +29,17 @@ from judge import forbidden
 from judge.failures import ThreadLeftRunning, error_kind, failure_text
 from judge.loading import load_guarded, restore_torch_state, torch_state
 from judge.remote.tensors import Seen, flat_containers, flat_tensors, involved, keys_of, same_kind, tensor_at
-from judge.remote.wire import ChannelClosed, dump_answer, load_request, recv_frame, send_frame, tag_of, tagged
+from judge.remote.wire import (
+    ChannelClosed,
+    dump_answer,
+    load_request,
+    opaque,
+    recv_frame,
+    send_frame,
+    tag_of,
+    tagged,
+)
+from judge.testing.scenarios import run_here
 
 PRINTED_LIMIT = 2000  # characters of what the kata printed during one request passed to the judge
 THREAD_GRACE = 0.5  # seconds a thread the kata started may take to finish after a test
@@ -153,12 +163,22 @@ class KataServer:
 
     # ----------------------------------------------------------------------- operations
 
-    def op_load(self, path: str, kata: str, symbols: dict, test_module: str) -> dict:
-        """Import the kata file under the guard, with the rules the judge sent for its symbols."""
+    def op_load(self, path: str, kata: str, symbols: dict, test_module: str, tests: tuple = ()) -> dict:
+        """Import the kata file under the guard, with the rules the judge sent for its symbols;
+        first the kata's test modules (`tests`: (name, sys.path)), whose scenarios run here."""
         self.kata_file, self.test_module = str(Path(path)), test_module
+        if tests:
+            name, path_list = tests
+            sys.path[:] = path_list
+            importlib.import_module(name)
         self.baseline = torch_state()
         self.kata = load_guarded(Path(path), symbols, kata, self.baseline)
         return {"kata": self.encode(self.kata, top=True)}
+
+    def op_run(self, module: str, name: str, args, kwargs) -> dict:
+        """A scenario of the judge's (judge.testing.scenarios) on the learner's kata."""
+        function = scenario_function(module, name)
+        return {"value": as_data(run_here(function, self.kata, args, kwargs))}
 
     def op_getattr(self, handle: int, name: str):
         return {"value": self.encode(getattr(self.objects[handle], name))}
@@ -517,6 +537,26 @@ class KataServer:
                         stride=tensor.stride(),
                     )
         return None
+
+
+def scenario_function(module: str, qualname: str):
+    """The function of a scenario the judge names (a test module's, imported at load, or judge.testing's)."""
+    found = importlib.import_module(module)
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    return getattr(found, "function", found)
+
+
+def as_data(value, depth: int = 0):
+    """A scenario's result as data: any other object becomes an opaque stand-in that names its type."""
+    if isinstance(value, (torch.Tensor, *PLAIN)) or value is Ellipsis or isinstance(value, slice):
+        return value
+    if depth < 32 and isinstance(value, (tuple, list)):
+        items = [as_data(v, depth + 1) for v in value]
+        return items if isinstance(value, list) else tuple(items)
+    if depth < 32 and isinstance(value, dict):
+        return {k if isinstance(k, (str, int)) else repr(k): as_data(v, depth + 1) for k, v in value.items()}
+    return opaque(value)
 
 
 def _content(container) -> list:

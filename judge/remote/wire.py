@@ -155,6 +155,8 @@ def _rebuild(value, storages: list, moved: dict):
             return slice(value["start"], value["stop"], value["step"])
         if kind == "ellipsis":
             return Ellipsis
+        if kind == "opaque":
+            return Opaque(value["type"], value["text"])
         return {k: _rebuild(v, storages, moved) for k, v in value.items()}
     if isinstance(value, tuple):
         return tuple(_rebuild(v, storages, moved) for v in value)
@@ -177,6 +179,30 @@ def _tensor_from(value: dict, storages: list, moved: dict) -> torch.Tensor:
             moved[key] = torch.empty(0, dtype=torch.uint8).set_(storage).to(device).untyped_storage()
         storage = moved[key]
     return torch.empty(0, dtype=dtype, device=device).set_(storage, offset, shape, stride)
+
+
+class Opaque:
+    """What the kata returned that is not data (an object of its own): its type's name and repr."""
+
+    def __init__(self, type_name: str, text: str):
+        self.type_name, self.text = str(type_name), str(text)
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Opaque) and (self.type_name, self.text) == (other.type_name, other.text)
+
+    __hash__ = None
+
+
+def opaque(value) -> dict:
+    """A stand-in for an object that is not data (in the kata process): its type's name and repr."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a repr that raises
+        text = f"<{type(value).__name__} object>"
+    return {TAG: "opaque", "type": type(value).__name__, "text": text[:200]}
 
 
 def tagged(kind: str, /, **fields) -> dict:

@@ -187,6 +187,56 @@ META_DATA_ERRORS = (
 )
 
 
+STAND_IN = " on the meta device (a stand-in for CUDA here)"
+# Errors that say tensors of two devices were mixed: a real slip, raised on a GPU too.
+DEVICE_MIXING = ("same device", "expected device", "found at least two devices", "on device cpu")
+META_ONLY = (
+    "device handling not checked without a GPU: on the meta device (the stand-in for CUDA here) "
+    "the kata raised an error it does not raise on the CPU"
+)
+
+
+def judge_on_device(run, device: str, *, expected, compare) -> None:
+    """Results follow the inputs' device. run(device, check) makes the learner's call on
+    inputs made on `device` and calls check(call text, {what: value}) inside its diagnosis;
+    expected(device) -> {what: tensor}.
+
+    On a GPU every value is compared. Without one, "meta" stands in for CUDA: it has shapes,
+    dtypes and devices but no values, so only those are judged, and each message names the
+    stand-in. An error the kata raises on "meta" alone (reading a value, autocast, an op with
+    no meta kernel) is the stand-in's limit, not the kata's: the same call is made on the
+    CPU, and if it runs there the check is Inconclusive, never a fail; unless the error says
+    two devices were mixed (a tensor made on the CPU meeting the inputs), which a GPU raises too."""
+
+    def values(text: str, got: dict) -> None:
+        for what, want in expected(device).items():
+            compare(got[what], want, call=text, what=what)
+
+    def kinds(text: str, got: dict) -> None:
+        for what, want in expected("meta").items():
+            check_tensor_kind(got[what], want, call=text + STAND_IN, what=what)
+
+    if device != "meta":
+        run(device, values)
+        return
+    try:
+        run("meta", kinds)
+    except Exception as error:  # noqa: BLE001 - the kata's own error on the stand-in
+        from judge.protocol import ErrorKind
+
+        kind, name, text = getattr(error, "kata_error", (None, "", ""))
+        if kind != ErrorKind.RAISED:
+            raise
+        if any(words in text.lower() for words in DEVICE_MIXING):
+            error.kata_error = (kind, name, f"{STAND_IN.strip()}: {text}")
+            raise
+        try:
+            run("cpu", lambda text, got: None)
+        except Exception:  # noqa: BLE001 - it fails on the CPU too: the kata's own failure
+            raise error from None
+        raise Inconclusive(META_ONLY) from None
+
+
 def call_on_device(fn, device):
     """Call fn(). "meta" stands in for CUDA on machines without one: it shows whether results
     follow the inputs' device, but has no values. A kata that reads values in Python is fine

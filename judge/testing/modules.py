@@ -5,8 +5,10 @@ A kata declares a ModuleKata: the class the learner writes, PyTorch's module it 
 how parameters are named on each side, and how each side is called. One path then serves
 every test: `build` makes PyTorch's module in float64 with EVERY parameter randomised
 (LayerNorm weights and biases included, so swapped or reused norms show), rounds them to
-the dtype under test and copies them by name into the learner's module; `check` calls
-both and compares every output, never judging a row whose keys are all blocked.
+the dtype under test and writes down a recipe for the learner's module (its class, its
+constructor's arguments, those weights by the kata's names, its dtype, device and mode);
+`check` has the recipe built and called where the kata lives (a scenario), then compares
+every output, never judging a row whose keys are all blocked.
 
 The reference runs in float64, in train() mode with dropout 0 and autograd on, which keeps
 it off PyTorch's fused inference fast path; its result is rounded to the dtype under test.
@@ -24,16 +26,16 @@ from judge.language import tr
 from judge.testing.checks import (
     Mismatch,
     assert_close,
-    assert_raises_value_error,
-    call_and_check_inputs,
-    call_on_device,
     call_repr,
     check_tensor_kind,
     describe,
+    judge_on_device,
 )
 from judge.testing.diagnosis import diagnosing
+from judge.testing.functions import assert_inputs_unchanged, raises
 from judge.testing.inputs import causal_blocked, randn
-from judge.testing.spec import CaseTable, edge
+from judge.testing.scenarios import scenario
+from judge.testing.spec import CaseTable, core_dtype, edge
 
 # (rtol, atol) for a layer's result in the given dtype, compared with the float64 reference
 # rounded to that dtype. A layer chains matmuls, a softmax and up to three LayerNorms, so
@@ -182,49 +184,111 @@ def renamed(module: nn.Module, names: dict[str, str]) -> dict[str, torch.Tensor]
 # --------------------------------------------------------------------------- the learner's module
 
 
-def load_parameters(
-    module: nn.Module, expected: dict[str, torch.Tensor], *, what: str, asks: str, built: str | None = None
-) -> nn.Module:
-    """Copy `expected` (name -> tensor) into the learner's module, by name.
-
-    Fails with a message naming the first missing submodule or parameter, a parameter of
-    the wrong shape, or a parameter the reference has no counterpart for. `what` names the
-    class (e.g. "MultiHeadAttention"), `asks` lists the submodules the kata asks for, `built`
-    says how the module was built (e.g. "MultiHeadAttention(embed_dim=6, num_heads=2, bias=False)").
-    """
-    built = built or what
+def made(kata, recipe: dict):
+    """(the learner's module built from a recipe, None), or (None, what its parameters look
+    like) when they do not match the recipe's by name and shape. Runs where the kata lives."""
+    module = getattr(kata, recipe["cls"])(*recipe["positional"], **recipe["keywords"]).to(recipe["dtype"])
     have = dict(module.named_parameters())
+    state = recipe["state"]
+    if set(have) != set(state) or any(list(have[n].shape) != list(state[n].shape) for n in state):
+        submodules = {name: type(sub).__name__ for name, sub in module.named_modules()}
+        return None, {"parameters": {n: list(p.shape) for n, p in have.items()}, "submodules": submodules}
+    load_state(module, state)
+    return module.to(recipe["device"]).train(recipe["train"]), None
+
+
+def load_state(module: nn.Module, state: dict[str, torch.Tensor]) -> nn.Module:
+    """Copy `state` (name -> tensor, names and shapes already checked) into the module's parameters."""
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            p.copy_(state[name].to(p.dtype))
+    return module
+
+
+def parameter_problem(expected: dict, found: dict, *, what: str, asks: str, built: str) -> str:
+    """Why the learner's parameters (found: {"parameters": {name: shape}, "submodules": {name:
+    type}}) do not match the recipe's `expected` ones: the first missing submodule or parameter,
+    a parameter of the wrong shape, or one the reference has no counterpart for."""
+    have, submodules = found["parameters"], found["submodules"]
     for name, tensor in expected.items():
         if name in have:
             continue
         *path, leaf = name.split(".")
-        owner, walked = module, []
-        for part in path:
-            child = getattr(owner, part, None) if isinstance(owner, nn.Module) else None
-            if not isinstance(child, nn.Module):
-                where = ".".join([what] + walked)
-                raise AssertionError(f"{where} has no submodule `{part}`; the kata asks for {asks}")
-            owner, walked = child, walked + [part]
-        raise AssertionError(
-            f"{'.'.join([built, *path])} has no parameter `{leaf}` (expected one of shape {list(tensor.shape)})"
-            + ("; with bias=True every Linear and LayerNorm has a bias" if leaf == "bias" else "")
+        for depth in range(1, len(path) + 1):
+            if ".".join(path[:depth]) not in submodules:
+                where = ".".join([what, *path[: depth - 1]])
+                return f"{where} has no submodule `{path[depth - 1]}`; the kata asks for {asks}"
+        return f"{'.'.join([built, *path])} has no parameter `{leaf}` (expected one of shape {list(tensor.shape)})" + (
+            "; with bias=True every Linear and LayerNorm has a bias" if leaf == "bias" else ""
         )
-    for name, p in have.items():
+    for name, shape in have.items():
         if name not in expected:
-            raise AssertionError(
-                f"{built} has a parameter `{name}` of shape {list(p.shape)} that PyTorch's module has no "
-                f"counterpart for; the kata asks for {asks}"
-                + (" (with bias=False: no bias in any Linear or LayerNorm)" if name.endswith("bias") else "")
+            return (
+                f"{built} has a parameter `{name}` of shape {shape} that PyTorch's module has no counterpart for; "
+                f"the kata asks for {asks}" + (" (with bias=False: no bias in any Linear or LayerNorm)" if name.endswith("bias") else "")
             )
-        if p.shape != expected[name].shape:
-            raise AssertionError(
-                f"{built}.{name} has shape {list(p.shape)}, expected {list(expected[name].shape)} "
+        if list(shape) != list(expected[name].shape):
+            return (
+                f"{built}.{name} has shape {shape}, expected {list(expected[name].shape)} "
                 "(nn.Linear(in, out) keeps its weight as [out, in])"
             )
+    return "the parameters do not match"  # not reached: the kata process found a difference
+
+
+# --------------------------------------------------------------------------- scenarios (run where the kata lives)
+
+
+@scenario
+def forward(kata, recipe: dict, inputs: dict, kwargs: dict) -> dict:
+    """The learner's module built from the recipe, called once: its result, and the inputs as
+    the call left them."""
+    module, problem = made(kata, recipe)
+    if problem:
+        return problem
+    result = module(*inputs.values(), **kwargs)
+    return {"result": result, "inputs": inputs, "kwargs": kwargs}
+
+
+@scenario
+def forward_twice(kata, recipe: dict, inputs: dict) -> dict:
+    """Two calls of the same module in a row (in train() mode, dropout draws twice)."""
+    module, problem = made(kata, recipe)
+    if problem:
+        return problem
+    return {"results": [module(*inputs.values()), module(*inputs.values())]}
+
+
+@scenario
+def gradients(kata, recipe: dict, inputs: dict, kwargs: dict, upstream, output: int | None) -> dict:
+    """The gradients of the inputs through the learner's module: result[output] (or the result)
+    dotted with `upstream`, then backward."""
+    module, problem = made(kata, recipe)
+    if problem:
+        return problem
+    leaves = {name: tensor.detach().requires_grad_() for name, tensor in inputs.items()}
+    result = module(*leaves.values(), **kwargs)
+    chosen = result if output is None else result[output]
+    if not isinstance(chosen, torch.Tensor) or not chosen.requires_grad:
+        return {"requires_grad": False, "grads": {}}
+    (chosen * upstream).sum().backward()
+    return {"requires_grad": True, "grads": {name: leaf.grad for name, leaf in leaves.items()}}
+
+
+@scenario
+def parts(kata, recipe: dict, probes: list) -> dict:
+    """Each probed submodule of the learner's module called alone: probes are (submodule name,
+    how to call it, args, kwargs); None where the call raised."""
+    module, problem = made(kata, recipe)
+    if problem:
+        return problem
+    outputs = []
     with torch.no_grad():
-        for name, p in have.items():
-            p.copy_(expected[name].to(p.dtype))
-    return module
+        for name, call, args, kwargs in probes:
+            try:
+                outputs.append(call(module.get_submodule(name), args, kwargs))
+            except Exception:  # noqa: BLE001 - a hint only: the learner's parts may not be callable this way
+                outputs.append(None)
+    return {"outputs": outputs}
 
 
 # --------------------------------------------------------------------------- judging
@@ -295,12 +359,20 @@ def module_repr(name: str, **kwargs) -> str:
 # --------------------------------------------------------------------------- one path for every module kata
 
 
+def call_attention(attention: nn.Module, args: list, kwargs: dict):
+    """An attention submodule called as the stubs declare it: (query, key, value, attn_mask,
+    key_padding_mask); its output (the first of a pair)."""
+    out = attention(*args[:3], kwargs.get("attn_mask"), kwargs.get("key_padding_mask"))
+    return out[0] if isinstance(out, tuple) else out
+
+
 @dataclass(frozen=True)
 class Probe:
     """One part of a layer, checked on its own when the layer's output is wrong: the learner's
-    submodule `learner` is called (by `call(submodule, args, kwargs)`) with the very inputs
-    PyTorch's `reference` submodule received in the reference's forward, and its result is
-    compared with what PyTorch's `output_of` submodule (by default the same) returned."""
+    submodule `learner` is called (by `call(submodule, args, kwargs)`, a module-level function:
+    it runs where the kata lives) with the very inputs PyTorch's `reference` submodule received
+    in the reference's forward, and its result is compared with what PyTorch's `output_of`
+    submodule (by default the same) returned."""
 
     learner: str
     reference: str
@@ -311,9 +383,7 @@ class Probe:
 def attention_probe(name: str) -> Probe:
     """The learner's attention submodule `name`, called as the stubs declare it (query, key,
     value, attn_mask, key_padding_mask), on the inputs and the explicit masks PyTorch's got."""
-    return Probe(
-        name, name, lambda attention, args, kw: attention(*args[:3], kw.get("attn_mask"), kw.get("key_padding_mask"))
-    )
+    return Probe(name, name, call_attention)
 
 
 @dataclass(frozen=True)
@@ -326,10 +396,11 @@ class ModuleKata:
     arguments(case, options): the learner's constructor call, ({name: positional value},
     {keyword: value}). forward(reference, inputs, kwargs): PyTorch's result, ({what: expected
     or None}, defined [B, L]). outputs(result, call, kwargs): the learner's result as {what:
-    tensor}, after checking its form. shapes(case, inputs, kwargs): {what: shape} of the
-    results (for the "meta" device, which has no values). tolerances: per dtype. probes: the
-    parts of a layer to run alone when its output is wrong. nan_hint: why a NaN appears, in
-    the terms of the kata's mask polarity."""
+    tensor}, after checking its form. output: which element of the learner's result carries
+    gradients back (None: the result itself). shapes(case, inputs, kwargs): {what: shape} of
+    the results (for the "meta" device, which has no values). tolerances: per dtype. probes:
+    the parts of a layer to run alone when its output is wrong. nan_hint: why a NaN appears,
+    in the terms of the kata's mask polarity."""
 
     kata: str
     cls: str
@@ -340,6 +411,7 @@ class ModuleKata:
     arguments: Callable
     forward: Callable
     outputs: Callable = lambda result, call, kwargs: {"output": result}
+    output: int | None = None
     shapes: Callable = lambda case, inputs, kwargs: {"output": next(iter(inputs.values())).shape}
     tolerances: Mapping = field(default_factory=lambda: MODULE_TOLERANCES)
     probes: tuple[Probe, ...] = ()
@@ -348,79 +420,77 @@ class ModuleKata:
 
 @dataclass
 class Built:
-    """The learner's module (eval() mode unless asked, parameters copied, on the device), the
-    float64 reference, how the module was built (for messages), its case, and `remake`:
-    the same construction, weights and mode with another implementation (a known slip's,
-    for the diagnosis)."""
+    """What the learner's module is built from (`recipe`: plain data, sent where the kata lives),
+    the float64 reference it mirrors, how the module was built (for messages) and its case."""
 
-    module: nn.Module
+    recipe: dict
     reference: nn.Module
     name: str
     case: dict
-    remake: Callable[[object], nn.Module]
+
+    def mode(self, train: bool) -> Built:
+        """The same module in train() (True) or eval() (False) mode."""
+        name = self.name.removesuffix(".eval()").removesuffix(".train()")
+        return Built(self.recipe | {"train": train}, self.reference, name + (".train()" if train else ".eval()"), self.case)
 
 
-def build(
-    mk: ModuleKata, kata, gen, case, options: dict, dtype=torch.float32, device="cpu", *, train: bool = False
-) -> Built:
+def build(mk: ModuleKata, gen, case, options: dict, dtype=torch.float32, device="cpu", *, train: bool = False) -> Built:
     reference = randomise_(mk.reference(case, options), gen, dtype)
     positional, keywords = mk.arguments(case, options)
     name = module_repr(mk.cls, **positional, **keywords)
-    if not train:
-        name += ".eval()" if keywords.get("dropout") else ""
-
-    def make(implementation, mode: bool = train) -> nn.Module:
-        module = getattr(implementation, mk.cls)(*positional.values(), **keywords).to(dtype)
-        load_parameters(module, mk.parameters(reference), what=mk.cls, asks=mk.asks, built=name)
-        return module.to(device).train(mode)
-
-    with diagnosing(mk.kata, lambda implementation: {"module": make(implementation)}, dict(case)):
-        module = make(kata)
-    built = Built(module, reference, name, dict(case), lambda implementation: None)
-    built.remake = lambda implementation: make(implementation, built.module.training)
-    return built
-
-
-def _copies(tensors: dict) -> dict:
-    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in tensors.items()}
+    if not train and keywords.get("dropout"):
+        name += ".eval()"
+    state = {name_: p.detach().to(dtype) for name_, p in mk.parameters(reference).items()}
+    recipe = {
+        "cls": mk.cls,
+        "positional": list(positional.values()),
+        "keywords": keywords,
+        "state": state,
+        "dtype": dtype,
+        "device": str(device),
+        "train": train,
+    }
+    return Built(recipe, reference, name, dict(case))
 
 
-def _run(mk: ModuleKata, module: nn.Module, text: str, inputs: dict, kwargs: dict) -> dict:
-    watched = inputs | {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
-    result = call_and_check_inputs(lambda: module(*inputs.values(), **kwargs), text, **watched)
-    return mk.outputs(result, text, kwargs)
+def built_module(mk: ModuleKata, built: Built, got: dict) -> dict:
+    """A scenario's answer, after refusing parameters that do not match the recipe's."""
+    if "parameters" in got:
+        raise AssertionError(
+            parameter_problem(built.recipe["state"], got, what=mk.cls, asks=mk.asks, built=built.name)
+        )
+    return got
 
 
-def _replay(mk: ModuleKata, built: Built, text: str, inputs: dict, kwargs: dict):
-    """The same call, with another implementation's module (same weights, same mode), on copies
-    of the inputs taken now (before the learner's call can change them) and with the random
-    state of now (so dropout draws the same masks)."""
-    inputs, kwargs, state = _copies(inputs), _copies(kwargs), torch.get_rng_state()
-
-    def replay(implementation) -> dict:
-        module = built.remake(implementation)
-        torch.set_rng_state(state)
-        return _run(mk, module, text, _copies(inputs), _copies(kwargs))
-
-    return replay
-
-
-def call(mk: ModuleKata, built: Built, inputs: dict, **kwargs) -> tuple[str, dict]:
-    """(how the call looked, the learner's outputs), after checking no input was changed in place."""
+def run(mk: ModuleKata, implementation, built: Built, inputs: dict, kwargs: dict) -> tuple[str, dict, dict]:
+    """One forward where `implementation` lives: (how the call looked, the outputs {what:
+    value}, the tensor arguments as the call left them {name: value})."""
     text = call_repr(built.name, *inputs.values(), **kwargs)
-    replay = _replay(mk, built, text, inputs, kwargs)
-    with diagnosing(mk.kata, replay, built.case):
-        return text, _run(mk, built.module, text, inputs, kwargs)
+    got = built_module(mk, built, forward(implementation, built.recipe, inputs, kwargs))
+    return text, mk.outputs(got["result"], text, kwargs), got["inputs"] | got["kwargs"]
 
 
-def check(mk: ModuleKata, built: Built, inputs: dict, **kwargs) -> None:
-    """The learner's outputs against PyTorch's, on the rows where they are defined."""
+def replay(mk: ModuleKata, built: Built, inputs: dict, kwargs: dict) -> Callable[[object], dict]:
+    """The same call with another implementation's module (same recipe), for the diagnosis."""
+    return lambda implementation: run(mk, implementation, built, inputs, kwargs)[1]
+
+
+def call(mk: ModuleKata, kata, built: Built, inputs: dict, **kwargs) -> tuple[str, dict]:
+    """(how the call looked, the learner's outputs), diagnosed if it raises."""
+    with diagnosing(mk.kata, replay(mk, built, inputs, kwargs), built.case):
+        text, got, _ = run(mk, kata, built, inputs, kwargs)
+    return text, got
+
+
+def check(mk: ModuleKata, kata, built: Built, inputs: dict, *, float64_throughout: bool = False, **kwargs) -> None:
+    """The learner's outputs against PyTorch's, on the rows where they are defined: float64
+    results with float32's tolerance unless float64_throughout (see spec.FLOAT64_RULE)."""
+    tolerances = {dtype: mk.tolerances[core_dtype(dtype, float64_throughout)] for dtype in mk.tolerances}
     want, defined = mk.forward(built.reference, {k: t.detach().cpu().double() for k, t in inputs.items()}, kwargs)
-    replay = _replay(mk, built, call_repr(built.name, *inputs.values(), **kwargs), inputs, kwargs)
-    text, got = call(mk, built, inputs, **kwargs)
     first = next(iter(inputs.values()))
     try:
-        with diagnosing(mk.kata, replay, built.case):
+        with diagnosing(mk.kata, replay(mk, built, inputs, kwargs), built.case):
+            text, got, _ = run(mk, kata, built, inputs, kwargs)
             for what, expected in want.items():
                 if expected is None:
                     if got.get(what) is not None:
@@ -428,15 +498,22 @@ def check(mk: ModuleKata, built: Built, inputs: dict, **kwargs) -> None:
                     continue
                 expected = expected.to(dtype=first.dtype, device=first.device)
                 assert_close_where_defined(
-                    got[what], expected, defined, call=text, what=what, tolerances=mk.tolerances, nan_hint=mk.nan_hint
+                    got[what], expected, defined, call=text, what=what, tolerances=tolerances, nan_hint=mk.nan_hint
                 )
     except Mismatch as error:
         if mk.probes and not error.kind_only and hasattr(error, "kata_diagnosis"):
-            error.kata_diagnosis = [*error.kata_diagnosis, *_step_by_step(mk, built, inputs, kwargs, defined)]
+            error.kata_diagnosis = [*error.kata_diagnosis, *_step_by_step(mk, kata, built, inputs, kwargs, defined)]
         raise
 
 
-def _step_by_step(mk: ModuleKata, built: Built, inputs: dict, kwargs: dict, defined) -> list[str]:
+def assert_inputs_left_alone(mk: ModuleKata, kata, built: Built, inputs: dict, **kwargs) -> None:
+    """A convention: forward never changes its tensor arguments in place (checked by value here)."""
+    with diagnosing(mk.kata, replay(mk, built, inputs, kwargs), built.case):
+        text, _, after = run(mk, kata, built, inputs, kwargs)
+        assert_inputs_unchanged(text, inputs | kwargs, after)
+
+
+def _step_by_step(mk: ModuleKata, kata, built: Built, inputs: dict, kwargs: dict, defined) -> list[str]:
     """'step by step, on PyTorch's own inputs to each part: your self_attn matches; ...'."""
     try:
         captured = {}
@@ -454,27 +531,23 @@ def _step_by_step(mk: ModuleKata, built: Built, inputs: dict, kwargs: dict, defi
             for handle in hooks:
                 handle.remove()
         first = next(iter(inputs.values()))
-        findings, matches = [], []
+
+        def cast(value):
+            if not isinstance(value, torch.Tensor):
+                return value
+            value = value.detach().to(first.device)
+            return value.to(first.dtype) if value.is_floating_point() else value
+
+        probes = []
         for probe in mk.probes:
             args, kw, _ = captured[probe.reference]
-            expected = captured[probe.output_of or probe.reference][2]
-
-            def cast(value):
-                if not isinstance(value, torch.Tensor):
-                    return value
-                value = value.detach().to(first.device)
-                return value.to(first.dtype) if value.is_floating_point() else value
-
-            with torch.no_grad():
-                got = probe.call(
-                    built.module.get_submodule(probe.learner),
-                    [cast(a) for a in args],
-                    {k: cast(v) for k, v in kw.items()},
-                )
+            probes.append((probe.learner, probe.call, [cast(a) for a in args], {k: cast(v) for k, v in kw.items()}))
+        got = built_module(mk, built, parts(kata, built.recipe, probes))["outputs"]
+        findings, matches = [], []
+        for probe, output in zip(mk.probes, got):
+            expected = cast(captured[probe.output_of or probe.reference][2])
             try:
-                assert_close_where_defined(
-                    got, cast(expected), defined, call="", what="output", tolerances=mk.tolerances
-                )
+                assert_close_where_defined(output, expected, defined, call="", what="output", tolerances=mk.tolerances)
                 findings.append(tr("your {part} matches", part=probe.learner))
                 matches.append(True)
             except AssertionError:
@@ -496,27 +569,72 @@ def _step_by_step(mk: ModuleKata, built: Built, inputs: dict, kwargs: dict, defi
     ]
 
 
-def check_on_device(mk: ModuleKata, built: Built, case, inputs: dict, device: str, **kwargs) -> None:
+def check_on_device(mk: ModuleKata, kata, case, options: dict, device: str, make) -> None:
     """Results follow the inputs' device (masks made inside forward included): judged fully on
-    a GPU; on "meta", which has shapes and devices but no values, only their kind."""
-    if device != "meta":
-        check(mk, built, inputs, **kwargs)
-        return
-    text, got = call_on_device(lambda: call(mk, built, inputs, **kwargs), device)
-    for what, shape in mk.shapes(case, inputs, kwargs).items():
-        check_tensor_kind(got[what], torch.empty(shape, device="meta"), call=text, what=what)
+    a GPU; on "meta", which has shapes and devices but no values, only their kind (see
+    checks.judge_on_device). make(gen, device) -> ({name: input tensor}, {keyword: value}).
+    Everything is drawn from a fixed seed: a verdict on the stand-in must not depend on the seed."""
+
+    def made_on(device: str):
+        gen = torch.Generator().manual_seed(0)
+        built = build(mk, gen, case, options, device=device)
+        return (built, *make(gen, device))
+
+    def expected(device: str) -> dict:
+        built, inputs, kwargs = made_on(device)
+        if device == "meta":
+            return {what: torch.empty(shape, device="meta") for what, shape in mk.shapes(case, inputs, kwargs).items()}
+        want, _ = mk.forward(built.reference, {k: t.detach().cpu().double() for k, t in inputs.items()}, kwargs)
+        first = next(iter(inputs.values()))
+        return {k: v.to(dtype=first.dtype, device=first.device) for k, v in want.items() if v is not None}
+
+    def run_on(device: str, judge) -> None:
+        built, inputs, kwargs = made_on(device)
+        with diagnosing(mk.kata, replay(mk, built, inputs, kwargs), case):
+            text, got, _ = run(mk, kata, built, inputs, kwargs)
+            judge(text, got)
+
+    def compare(got, want, *, call: str, what: str) -> None:
+        assert_close(got, want, call=call, what=what, tolerance=mk.tolerances[want.dtype])
+
+    judge_on_device(run_on, device, expected=expected, compare=compare)
 
 
-def check_dropout_in_train_mode(mk: ModuleKata, built: Built, inputs: dict, seed: int) -> None:
+def check_dropout_in_train_mode(mk: ModuleKata, kata, built: Built, inputs: dict) -> None:
     """Two calls in train() mode with dropout > 0 must differ."""
-    built.module.train()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        first = mk.outputs(built.module(*inputs.values()), built.name, {})["output"]
-        second = mk.outputs(built.module(*inputs.values()), built.name, {})["output"]
-    assert_dropout_is_active(
-        first, second, call=call_repr(built.name.removesuffix(".eval()") + ".train()", *inputs.values())
-    )
+    built = built.mode(True)
+    results = built_module(mk, built, forward_twice(kata, built.recipe, inputs))["results"]
+    first, second = (mk.outputs(r, built.name, {})["output"] for r in results)
+    assert_dropout_is_active(first, second, call=call_repr(built.name, *inputs.values()))
+
+
+def check_gradients(mk: ModuleKata, kata, built: Built, inputs: dict, upstream, reference, **kwargs) -> None:
+    """The gradients of every input through the learner's module against `reference(inputs)`
+    ({name: expected gradient}, autograd through PyTorch's module in float64): autograd must
+    see every step (no .detach(), .data or torch.no_grad() inside forward)."""
+    text = call_repr(built.name, *inputs.values(), **kwargs) + ".backward"
+    want = reference(inputs)
+
+    def learner(implementation) -> dict:
+        got = built_module(mk, built, gradients(implementation, built.recipe, inputs, kwargs, upstream, mk.output))
+        if not got["requires_grad"]:
+            raise AssertionError(f"{text}: the output does not require grad; autograd lost track of the inputs")
+        for name in inputs:
+            if got["grads"].get(name) is None:
+                raise AssertionError(f"{text}: no gradient reached `{name}`")
+        return {f"the gradient of `{name}`": got["grads"][name] for name in inputs}
+
+    with diagnosing(mk.kata, learner, built.case):
+        got = learner(kata)
+        for name, expected in want.items():
+            what = f"the gradient of `{name}`"
+            assert_close(got[what], expected, call=text, what=what)
+
+
+def check_raises(mk: ModuleKata, kata, positional: dict, keywords: dict, *, expected: type, reason: str) -> None:
+    """The learner's constructor raises `expected` for these arguments."""
+    text = module_repr(mk.cls, **positional, **keywords)
+    raises(mk.kata, kata, mk.cls, expected, tuple(positional.values()), keywords, reason=reason, text=text)
 
 
 def check_heads_must_divide(mk: ModuleKata, kata, rng, width: str, heads: str, **extra) -> None:
@@ -525,9 +643,12 @@ def check_heads_must_divide(mk: ModuleKata, kata, rng, width: str, heads: str, *
     H = rng.randint(2, 6)
     E = H * rng.randint(2, 6) + rng.randint(1, H - 1)
     keywords = {name: value(E) if callable(value) else value for name, value in extra.items()}
-    assert_raises_value_error(
-        lambda: getattr(kata, mk.cls)(E, H, **keywords),
-        call=module_repr(mk.cls, **{width: E, heads: H}, **keywords),
+    check_raises(
+        mk,
+        kata,
+        {width: E, heads: H},
+        keywords,
+        expected=ValueError,
         reason=f"{width} {E} cannot be split evenly into {H} heads",
     )
 

@@ -1,0 +1,38 @@
+"""The two tiers of a kata's tests: the math, and the conventions.
+
+core: what an interviewer checks: the values (and gradients, where the kata asks for them)
+on float32/float64 inputs of the documented shapes, the named edge cases that test the math.
+
+conventions: the production polish a docstring states beside the math: argument
+validation, half-precision rules, graph hygiene, device placement, inputs left untouched,
+degenerate inputs, names and layouts beyond what the weights need. A convention test
+quotes the docstring line that states it; its failure says it is a convention.
+
+Every test of a kata declares its tier (`@core` or `@convention("...")`); the plugin
+refuses a kata test module with an undeclared one and runs the core tests first, so a run
+stopped at its first failure tells which tier failed. `pass` needs both tiers.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from judge.protocol import Tier
+
+CORE, CONVENTIONS = Tier.CORE.value, Tier.CONVENTIONS.value
+MARKER = "kata_tier"
+
+core = getattr(pytest.mark, MARKER)(CORE)
+
+
+def convention(stub_says: str):
+    """A test of a convention; `stub_says` quotes the stub's docstring line that states it."""
+    return getattr(pytest.mark, MARKER)(CONVENTIONS, stub_says=" ".join(stub_says.split()))
+
+
+def tier_of(item) -> tuple[str | None, str]:
+    """(the tier a test declares, or None; the docstring line a convention quotes, or "")."""
+    marker = item.get_closest_marker(MARKER)
+    if marker is None:
+        return None, ""
+    return marker.args[0], marker.kwargs.get("stub_says", "")
