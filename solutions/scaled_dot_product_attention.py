@@ -29,8 +29,13 @@ def scaled_dot_product_attention(
           when L != S). PyTorch rejects attn_mask together with is_causal; that case
           is not judged.
         - A row in which every key is blocked is undefined and not judged.
-        - Work in the dtype of the inputs, float16 included: a blocked score must become
-          -inf (a fill like -1e9 does not fit in float16).
+
+    Conventions (judged apart from the math, as production code would need them):
+        - results follow the inputs' device (a causal mask made inside too).
+        - the inputs and the mask are never changed in place.
+        - float16 and bfloat16 work in their own dtype: a blocked score must become -inf
+          (a fill like -1e9 does not fit in float16).
+        - float64 inputs are computed in float64 throughout (no step in float32).
 
     Example:
         >>> q = k = torch.eye(2); v = torch.tensor([[1.0], [3.0]])

@@ -5,6 +5,7 @@ import ast
 import importlib
 import math
 import random
+import re
 import subprocess
 import sys
 
@@ -12,9 +13,10 @@ import pytest
 
 from judge.catalog import CatalogError, kata_names, load_catalog
 from judge.mutants import MutantError, load_mutants
-from judge.paths import ROOT, SOLUTIONS
+from judge.paths import ROOT, SOLUTIONS, spec_module, test_file
 from judge.stubs import StubError, make_stub
 from judge.testing.attention import SCALE_FACTORS, relative_scale
+from judge.testing.tiers import MARKER, TIERS
 
 CATALOG = kata_names(load_catalog())
 PROJECT = [*sorted((ROOT / "judge").rglob("*.py")), ROOT / "grader.py", ROOT / "practice.py"]
@@ -223,7 +225,7 @@ def test_every_mutant_says_what_the_slip_is(kata):
 
 
 def spec_of(kata: str):
-    return importlib.import_module(f"test_{kata}").SPEC
+    return importlib.import_module(spec_module(kata)).SPEC
 
 
 @pytest.mark.parametrize("kata", CATALOG)
@@ -235,6 +237,50 @@ def test_every_kata_declares_a_spec_with_named_edge_cases(kata):
         cases = spec.cases.cases(random.Random(seed))
         assert cases[: len(spec.cases.edges)] == list(spec.cases.edges)
         assert len(cases) > len(spec.cases.edges)
+
+
+def uses_tiers(kata: str) -> bool:
+    where = test_file(kata)
+    files = sorted(where.glob("*.py")) if where.is_dir() else [where]
+    return any("judge.testing.tiers" in f.read_text(encoding="utf-8") for f in files)
+
+
+TIERED = [kata for kata in CATALOG if uses_tiers(kata)]  # the katas moved to tiers so far
+
+
+def kata_tests(kata: str) -> dict:
+    """{test name: the test function} of the kata's test module(s)."""
+    where = test_file(kata)
+    names = [f"{kata}.{p.stem}" for p in sorted(where.glob("test_*.py"))] if where.is_dir() else [where.stem]
+    found = {}
+    for name in names:
+        module = importlib.import_module(name)
+        found |= {f"{name}.{k}": v for k, v in vars(module).items() if k.startswith("test_") and callable(v)}
+    return found
+
+
+def docstring_lines(kata: str) -> str:
+    """Every docstring of the kata's solution (module, classes, functions), whitespace made single spaces."""
+    tree = ast.parse((SOLUTIONS / f"{kata}.py").read_text(encoding="utf-8"))
+    nodes = [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef)))]
+    return " ".join(" ".join((ast.get_docstring(n) or "").split()) for n in nodes)
+
+
+def quoted(stub_says: str, docstrings: str) -> bool:
+    """Whether the docstrings say `stub_says` ("..." standing for any text)."""
+    pattern = ".*?".join(re.escape(part.strip()) for part in stub_says.split("..."))
+    return re.search(pattern, docstrings) is not None
+
+
+@pytest.mark.parametrize("kata", TIERED)
+def test_every_kata_test_declares_its_tier_and_each_convention_quotes_the_stub(kata):
+    docstrings = docstring_lines(kata)
+    for name, test in kata_tests(kata).items():
+        marks = [m for m in getattr(test, "pytestmark", []) if m.name == MARKER]
+        assert len(marks) == 1 and marks[0].args[0] in TIERS, f"{name}: declare its tier once (@core or @convention)"
+        stub_says = marks[0].kwargs.get("stub_says")
+        if stub_says is not None:
+            assert quoted(stub_says, docstrings), f"{name}: the stub of {kata} does not say {stub_says!r}"
 
 
 def test_positional_encoding_runs_past_the_exact_integers_of_half_precision_every_time():

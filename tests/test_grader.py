@@ -11,7 +11,7 @@ import pytest
 from judge.catalog import kata_names, kata_table, load_catalog
 from judge.engines import ProcessEngine
 from judge.limits import Limits
-from judge.paths import ROOT
+from judge.paths import ROOT, spec_module
 from judge.protocol import KataResult, Status
 from judge.scheduling import time_all
 from judge.stubs import make_stub
@@ -138,5 +138,5 @@ def test_readme_tolerance_table_matches_the_specs():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     start, end = readme.index("<!-- tolerance-table"), readme.index("<!-- /tolerance-table -->")
     shown = readme[start:end].split("\n", 1)[1].strip()
-    expected = tolerance_table([importlib.import_module(f"test_{name}").SPEC for name in kata_names(load_catalog())])
+    expected = tolerance_table([importlib.import_module(spec_module(name)).SPEC for name in kata_names(load_catalog())])
     assert shown == expected, f"README's tolerance table is out of date; it should read:\n{expected}"

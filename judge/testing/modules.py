@@ -397,8 +397,7 @@ class ModuleKata:
     {keyword: value}). forward(reference, inputs, kwargs): PyTorch's result, ({what: expected
     or None}, defined [B, L]). outputs(result, call, kwargs): the learner's result as {what:
     tensor}, after checking its form. output: which element of the learner's result carries
-    gradients back (None: the result itself). shapes(case, inputs, kwargs): {what: shape} of
-    the results (for the "meta" device, which has no values). tolerances: per dtype. probes:
+    gradients back (None: the result itself). tolerances: per dtype. probes:
     the parts of a layer to run alone when its output is wrong. nan_hint: why a NaN appears,
     in the terms of the kata's mask polarity."""
 
@@ -412,7 +411,6 @@ class ModuleKata:
     forward: Callable
     outputs: Callable = lambda result, call, kwargs: {"output": result}
     output: int | None = None
-    shapes: Callable = lambda case, inputs, kwargs: {"output": next(iter(inputs.values())).shape}
     tolerances: Mapping = field(default_factory=lambda: MODULE_TOLERANCES)
     probes: tuple[Probe, ...] = ()
     nan_hint: str = NN_NAN_HINT
@@ -582,8 +580,6 @@ def check_on_device(mk: ModuleKata, kata, case, options: dict, device: str, make
 
     def expected(device: str) -> dict:
         built, inputs, kwargs = made_on(device)
-        if device == "meta":
-            return {what: torch.empty(shape, device="meta") for what, shape in mk.shapes(case, inputs, kwargs).items()}
         want, _ = mk.forward(built.reference, {k: t.detach().cpu().double() for k, t in inputs.items()}, kwargs)
         first = next(iter(inputs.values()))
         return {k: v.to(dtype=first.dtype, device=first.device) for k, v in want.items() if v is not None}

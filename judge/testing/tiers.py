@@ -20,6 +20,7 @@ import pytest
 from judge.protocol import Tier
 
 CORE, CONVENTIONS = Tier.CORE.value, Tier.CONVENTIONS.value
+TIERS = (CORE, CONVENTIONS)
 MARKER = "kata_tier"
 
 core = getattr(pytest.mark, MARKER)(CORE)
