@@ -1,100 +1,73 @@
-"""What a kata may not call (the very thing it asks you to write), and the guard that sees it.
+"""What a kata may not call (the very thing it asks you to write), removed for good from the
+kata process before the learner's file is imported.
 
-A kata's spec names one rule set. While the kata's own code runs (never while a test
-computes its reference), the guard keeps these nets out:
-- a TorchFunctionMode sees torch-level calls such as F.scaled_dot_product_attention, also
-  through an alias, torch._C._nn or torch.ops.aten; at each call it also looks up the
-  Python stack for code the kata may not run (nn.TransformerEncoderLayer._sa_block borrowed
-  unbound, say), however that code was reached, and, for the backward katas, refuses any
-  result that records an autograd graph;
-- a TorchDispatchMode sees the aten kernels underneath (their names differ under
-  inference mode, so rules match substrings), which DisableTorchFunction does not hide;
-- Python-level entry points (autograd's engine) are replaced, before the kata's file is
-  imported, by checkpoints that trip while a guard is on: an alias the kata binds at import,
-  in a default argument say, is the checkpoint too;
-- a structural check refuses forbidden submodules (nn.MultiheadAttention, nn.Transformer*).
-The kata's public function, module class or autograd.Function (its forward and backward)
-runs under the guard, and so does every thread started while it runs or while the kata's
-file is imported (a worker thread, an executor's pool): the guard follows the thread.
-Escape hatches that switch the modes off are refused twice: by an AST scan when the file
-loads (names written out), and by tripwires put in their place before the import (names
-computed at run time, `getattr(torch, "_" + "C")`), which trip when called from outside
-torch while a guard is on. Every trip is also recorded for the process, so a refusal that
-the kata swallows, or that happens in its thread, still fails the test. These nets catch
-honest shortcuts and the known tricks, not determined adversaries (code compiled under
-torch's own file name, say).
+The kata process never needs the implementations a kata forbids: the references run in the
+judging process. So `remove(rules, ...)` takes them out of the process, and nothing the kata
+can import or patch brings them back:
+- every aten operator whose name contains one of the rules' substrings (every overload; the
+  siblings and composites that compute the same thing are listed in the rules: group_norm
+  for layer norm, the flash kernels' logsumexp for softmax) gets, at the dispatcher, for each
+  dispatch key it has a kernel for, a kernel that records the offence and raises. Every way
+  of reaching an operator meets it: Python, TorchScript, custom ops, tensor subclasses,
+  callbacks, threads, forked children, torch.compile's tracing. The registrations are held by
+  the dispatcher alone (no Python object the kata can reach can undo them);
+- the Python entry points that compose allowed operators (nn.MultiheadAttention's forward,
+  generate_square_subsequent_mask) have their code replaced by a refusal, so every reference
+  to them, one taken at import included, refuses;
+- for the backward katas, autograd: grad mode off for good (turning it on refuses; no thread
+  can be started, see judge/remote/sandbox.py), the engine and torch.func's transforms refuse.
+Each refusal is recorded for the process (TRIPPED), so one the kata swallows still fails its
+test. A static scan refuses, at load, the names that reach around the process (re-running
+PyTorch's own Python source, ctypes, the interpreter's internals): no kata needs them. What
+is not detected: a kata that copies PyTorch's Python source into its own file.
 """
 
 from __future__ import annotations
 
-import _thread
 import ast
 import functools
 import importlib
-import os
 import sys
-import threading
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.modules.transformer
-from torch import nn
-from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode  # private, but the only dispatch-level hook
 
 
 class ForbiddenCallError(Exception):
     """The kata called something its task forbids. The grader's verdict: forbidden."""
 
 
-# (owner, attribute, the name shown to the learner); an owner given as "module" or
-# "module:Class" is imported only when a guard needs it (torch.nn.attention.bias pulls in
-# torch._dynamo), and the rules pickle by name (the judge sends them to the kata process).
-Site = tuple[object, str, str]
+# (owner, attribute, the name shown to the learner); an owner is a module name, or
+# "module:Class" (imported only when the rules are applied: the rules pickle by name).
+Site = tuple[str, str, str]
 
 
 @dataclass(frozen=True)
 class Rules:
-    functions: tuple[str, ...] = ()  # torch function names, as the function mode sees them
-    kernels: tuple[str, ...] = ()  # substrings of aten kernel names, as the dispatch mode sees them
-    modules: tuple[type, ...] = ()  # submodule types a kata module may not contain
-    python: tuple[Site, ...] = ()  # entry points swapped for tripwires while the kata runs
-    code: tuple[Site, ...] = ()  # Python functions whose code may not run under the kata's call
-    no_graph: bool = False  # nothing the kata computes may record an autograd graph
+    operators: tuple[str, ...] = ()  # substrings of aten operator names: removed, every overload
+    python: tuple[Site, ...] = ()  # Python functions whose code is replaced by a refusal
+    autograd: bool = False  # autograd removed: grad mode off for good, no engine, no torch.func
     why: str = ""
 
     def __add__(self, other: Rules) -> Rules:
         return Rules(
-            self.functions + other.functions,
-            self.kernels + other.kernels,
-            self.modules + other.modules,
+            self.operators + other.operators,
             self.python + other.python,
-            self.code + other.code,
-            self.no_graph or other.no_graph,
+            self.autograd or other.autograd,
             other.why or self.why,
         )
-
-    @property
-    def needs_function_mode(self) -> bool:
-        return bool(self.functions or self.kernels or self.code or self.no_graph)
 
 
 NONE = Rules()
 
-_LAYERS = (
-    nn.TransformerEncoderLayer,
-    nn.TransformerDecoderLayer,
-    nn.TransformerEncoder,
-    nn.TransformerDecoder,
-    nn.Transformer,
-    nn.MultiheadAttention,
-)
-# Every PyTorch implementation of attention, under every name: the function, the aten
-# kernels, the modules, and the modules' Python code borrowed unbound on another module.
+_LAYERS = ("TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder")
+# Every PyTorch implementation of attention, under every name: the operators (the fused
+# kernels and their flash/efficient/math/cuDNN variants, the native MHA), and the Python code
+# of the modules that compose allowed operators into attention.
 ATTENTION = Rules(
-    functions=("scaled_dot_product_attention", "multi_head_attention_forward"),
-    kernels=(
+    operators=(
         "scaled_dot_product",
         "flash_attention",
         "efficient_attention",
@@ -102,102 +75,86 @@ ATTENTION = Rules(
         "cudnn_attention",
         "multi_head_attention",
         "_transformer_encoder_layer_fwd",
+        "_native_multi_head_attention",
     ),
-    modules=_LAYERS,
-    code=tuple(
-        (layer, name, f"nn.{layer.__name__}.{name}")
-        for layer in _LAYERS
-        for name in ("forward", "_sa_block", "_mha_block", "_ff_block")
-        if name in vars(layer)
+    python=(
+        ("torch.nn.functional", "multi_head_attention_forward", "F.multi_head_attention_forward"),
+        ("torch.nn:MultiheadAttention", "forward", "nn.MultiheadAttention.forward"),
+        ("torch.nn:Transformer", "forward", "nn.Transformer.forward"),
+        ("torch.ao.nn.quantizable:MultiheadAttention", "forward", "torch.ao.nn.quantizable.MultiheadAttention"),
+        ("torch.ao.nn.quantizable:MultiheadAttention", "_forward_impl", "torch.ao.nn.quantizable.MultiheadAttention"),
+        *(
+            (f"torch.nn:{layer}", method, f"nn.{layer}.{method}")
+            for layer in _LAYERS
+            for method in ("forward", "_sa_block", "_mha_block", "_ff_block")
+            if hasattr(getattr(torch.nn, layer), method)
+        ),
     ),
     why="this kata asks you to write attention yourself",
 )
-_ENGINE = "autograd (torch.autograd.grad, .backward() or torch.func)"
+_ENGINE = "autograd (torch.autograd.grad, .backward(), torch.func or grad mode)"
 AUTOGRAD = Rules(
-    kernels=("_backward", "_make_dual"),  # autograd's kernels (softmax_backward_data & co), forward-mode AD
-    python=(
-        ("torch.autograd", "_engine_run_backward", _ENGINE),
-        ("torch.autograd.graph", "_engine_run_backward", _ENGINE),
-    ),
-    no_graph=True,
+    operators=("_backward", "_make_dual"),  # autograd's kernels (softmax_backward_data & co), forward-mode AD
+    autograd=True,
     why="this kata asks you to derive the gradients by hand",
 )
-_CAUSAL_BIAS = "torch.nn.attention.bias:CausalBias"
 CAUSAL_MASK = Rules(
-    code=(
-        (nn.Transformer, "generate_square_subsequent_mask", "nn.Transformer.generate_square_subsequent_mask"),
+    python=(
+        ("torch.nn:Transformer", "generate_square_subsequent_mask", "nn.Transformer.generate_square_subsequent_mask"),
         (
             "torch.nn.modules.transformer",
             "_generate_square_subsequent_mask",
             "nn.Transformer.generate_square_subsequent_mask",
         ),
-        (_CAUSAL_BIAS, "_materialize", "torch.nn.attention.bias.causal_upper_left"),
-        (_CAUSAL_BIAS, "_upper_left", "torch.nn.attention.bias.causal_upper_left"),
-        (_CAUSAL_BIAS, "_lower_right", "torch.nn.attention.bias.causal_lower_right"),
+        ("torch.nn.attention.bias:CausalBias", "_materialize", "torch.nn.attention.bias.causal_upper_left"),
+        ("torch.nn.attention.bias:CausalBias", "_upper_left", "torch.nn.attention.bias.causal_upper_left"),
+        ("torch.nn.attention.bias:CausalBias", "_lower_right", "torch.nn.attention.bias.causal_lower_right"),
     ),
     why="this kata asks you to build that mask yourself",
 )
-
 RMS_NORM = Rules(
-    functions=("rms_norm", "_fused_rms_norm"),
-    kernels=("rms_norm",),
-    modules=(nn.RMSNorm,),
-    code=((nn.RMSNorm, "forward", "nn.RMSNorm.forward"),),
+    operators=("rms_norm",),
+    python=(("torch.nn:RMSNorm", "forward", "nn.RMSNorm.forward"),),
     why="this kata asks you to write RMSNorm yourself",
 )
-
+# The softmax under every name, and the kernels that return it or its log-normaliser (the
+# flash attention kernels' logsumexp).
 SOFTMAX = Rules(
-    functions=("softmax", "log_softmax", "special_softmax", "special_log_softmax", "logsumexp", "special_logsumexp"),
-    kernels=("softmax", "logsumexp"),
+    operators=("softmax", "logsumexp", "scaled_dot_product", "flash_attention", "efficient_attention"),
     why="this kata asks you to write the (log-)softmax yourself",
 )
 CROSS_ENTROPY = SOFTMAX + Rules(
-    functions=("cross_entropy", "nll_loss", "nll_loss2d", "nll_loss_nd"),
-    kernels=("nll_loss", "cross_entropy"),
-    modules=(nn.CrossEntropyLoss, nn.NLLLoss),
+    operators=("nll_loss", "cross_entropy", "multilabel_soft_margin", "kl_div"),
     why="this kata asks you to write the cross-entropy yourself",
 )
+# Layer norm, and the norms that compute it over another axis (group_norm with one group,
+# batch or instance norm of a reshaped input).
 LAYER_NORM = Rules(
-    functions=("layer_norm", "native_layer_norm"),
-    kernels=("layer_norm",),
-    modules=(nn.LayerNorm,),
-    code=((nn.LayerNorm, "forward", "nn.LayerNorm.forward"),),
+    operators=("layer_norm", "group_norm", "batch_norm", "instance_norm"),
+    python=(("torch.nn:LayerNorm", "forward", "nn.LayerNorm.forward"),),
     why="this kata asks you to write the layer norm yourself",
 )
 
-# Names that switch the detection off or reach below it; no kata needs them.
+# Names that reach around the process: re-running PyTorch's own Python source (reload, exec),
+# another interpreter, raw memory, the interpreter's internals. No kata needs them.
 ESCAPE_HATCHES = (
-    "_C",
-    "_disable_current_modes",
-    "DisableTorchFunction",
-    "DisableTorchFunctionSubclass",
-    "_python_dispatch",
-    "_execution_engine",
-    "_push_mode",
-    "_pop_mode",
-    "_set_torch_function_mode",
+    "importlib",
+    "reload",
+    "runpy",
+    "ctypes",
+    "cffi",
+    "__builtins__",
+    "builtins",
+    "__subclasses__",
+    "__closure__",
+    "__globals__",
+    "__code__",
+    "subprocess",
+    "multiprocessing",
+    "judge",  # the grader's own package: nothing in it is for the kata
 )
-
-
-# The same hatches as objects, for names computed at run time: each is replaced by a
-# tripwire that trips when called from outside torch (and the judge) while a guard is on.
-ESCAPE_SITES = (
-    ("torch._C", "DisableTorchFunction"),
-    ("torch._C", "DisableTorchFunctionSubclass"),
-    ("torch._C", "_DisableTorchDispatch"),
-    ("torch._C", "_pop_torch_function_stack"),
-    ("torch._C", "_pop_torch_dispatch_stack"),
-    ("torch._C", "_set_torch_function_mode"),
-    ("torch.overrides", "_pop_mode"),
-    ("torch.overrides", "_pop_mode_temporarily"),
-    ("torch.utils._python_dispatch", "_disable_current_modes"),
-    ("torch.utils._python_dispatch", "_pop_mode"),
-    ("torch.utils._python_dispatch", "_pop_mode_temporarily"),
-)
-# Code under these folders may switch modes off: torch's own, and the judge's.
-TRUSTED_FOLDERS = tuple(
-    os.path.dirname(os.path.realpath(m.__file__)) + os.sep for m in (torch, sys.modules[__package__ or "judge"])
-)
+# Builtins refused as plain names only: model.eval() and torch.compile stay allowed.
+_BUILTIN_CALLS = ("exec", "eval", "compile", "__import__")
 
 
 def scan_escape_hatches(path: Path) -> list[tuple[int, str]]:
@@ -216,11 +173,12 @@ def scan_escape_hatches(path: Path) -> list[tuple[int, str]]:
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names = [part for alias in node.names for part in alias.name.split(".")]
             names += (node.module or "").split(".") if isinstance(node, ast.ImportFrom) else []
-        found += [(node.lineno, name) for name in names if name in ESCAPE_HATCHES]
+        hatches = ESCAPE_HATCHES + (_BUILTIN_CALLS if isinstance(node, ast.Name) else ())
+        found += [(node.lineno, name) for name in names if name in hatches]
     return sorted(found)
 
 
-def refuse_escape_hatches(path: Path, kata_name: str) -> None:
+def refuse_escape_hatches(path: Path) -> None:
     hatches = scan_escape_hatches(path)
     if hatches:
         line, name = hatches[0]
@@ -229,50 +187,11 @@ def refuse_escape_hatches(path: Path, kata_name: str) -> None:
         )
 
 
-def _resolve(owner):
-    """An owner given by name ("module" or "module:Class") imported, so rules pickle by name."""
-    if not isinstance(owner, str):
-        return owner
-    module, _, name = owner.partition(":")
-    found = importlib.import_module(module)
-    return functools.reduce(getattr, name.split("."), found) if name else found
+# --------------------------------------------------------------------------- refusals
 
 
-def _function_of(raw):
-    return raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
-
-
-def _raw(owner, attribute: str):
-    owner = _resolve(owner)
-    return vars(owner).get(attribute) if isinstance(owner, type) else getattr(owner, attribute, None)
-
-
-@functools.lru_cache(maxsize=4096)
-def _kernel_hit(kernels: tuple[str, ...], func) -> bool:
-    """Whether a torch function's name contains a forbidden kernel's (cached: str(func) is slow)."""
-    text = str(func)
-    return any(k in text for k in kernels)
-
-
-@functools.lru_cache(maxsize=64)
-def _forbidden_codes(sites: tuple[Site, ...]) -> dict:
-    """The code objects of the `code` rules' functions -> the name shown."""
-    codes = {}
-    for owner, attribute, shown in sites:
-        raw = _raw(owner, attribute)
-        if raw is not None:
-            codes[_function_of(raw).__code__] = shown
-    return codes
-
-
-class _State(threading.local):
-    depth = 0
-    guard: Guard | None = None  # the outermost guard on this thread
-    importing: tuple | None = None  # (rules, kata name, file) while a kata file is imported
-
-
-_state = _State()
 TRIPPED: list[str] = []  # every refusal in this process, in order: what a swallowed one leaves
+_context = {"kata": "the kata", "file": "", "why": ""}
 
 
 def trips() -> int:
@@ -280,321 +199,317 @@ def trips() -> int:
     return len(TRIPPED)
 
 
-class _FunctionNet(TorchFunctionMode):
-    def __init__(self, guard: Guard):
-        super().__init__()
-        self.guard = guard
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        guard, rules = self.guard, self.guard.rules
-        name = getattr(func, "__name__", "") or str(func)
-        if name in rules.functions:
-            guard.trip(f"F.{name}")
-        if rules.kernels and _kernel_hit(rules.kernels, func):
-            guard.trip(f"torch.{name}" if getattr(func, "__name__", "") else str(func))
-        if guard.codes:
-            guard.check_stack(sys._getframe(1))
-        result = func(*args, **(kwargs or {}))
-        if rules.no_graph:
-            guard.check_no_graph(result, name)
-        return result
+def refuse(shown: str):
+    """Record the refusal of `shown` and raise it, naming the kata's line that led there."""
+    action = shown if shown.startswith("turns ") else f"calls {shown}"
+    message = f"{_context['kata']} {action}{_where()}, which is not allowed: {_context['why']}"
+    TRIPPED.append(message)
+    raise ForbiddenCallError(message)
 
 
-class _DispatchNet(TorchDispatchMode):
-    def __init__(self, guard: Guard):
-        super().__init__()
-        self.guard = guard
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func.name()
-        if any(k in name for k in self.guard.rules.kernels):
-            self.guard.trip(name)
-        return func(*args, **(kwargs or {}))
+def _where() -> str:
+    """' (at kata.py, line 12)': the innermost line of the kata's file on the stack."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if _context["file"] and frame.f_code.co_filename == _context["file"]:
+            return f" (at {Path(_context['file']).name}, line {frame.f_lineno})"
+        frame = frame.f_back
+    return ""
 
 
-class Guard:
-    """Context manager: raises ForbiddenCallError when the code inside makes a forbidden call.
+def _refusing_kernel(shown: str):
+    def kernel(*args, **kwargs):
+        refuse(shown)
 
-    The call is also remembered, so a kata that catches the error still fails on exit.
-    Re-entrant: only the outermost guard on a thread sets the nets up."""
-
-    def __init__(self, rules: Rules, kata_name: str, kata_file: str | None = None):
-        self.rules, self.kata_name, self.kata_file = rules, kata_name, kata_file
-        self.seen: list[str] = []
-        self.nets: list = []
-        self.entry = None
-        self.codes = _forbidden_codes(rules.code)
-        self.python_sites = _python_sites(rules.python)
-
-    def message(self, name: str) -> str:
-        action = name if name.startswith("records ") else f"calls {name}"
-        return f"{self.kata_name} {action}{self.where()}, which is not allowed: {self.rules.why}"
-
-    def where(self) -> str:
-        """' (at kata.py, line 12)': the innermost line of the kata's file on the stack."""
-        if not self.kata_file:
-            return ""
-        frame = sys._getframe(1)
-        while frame is not None:
-            if frame.f_code.co_filename == self.kata_file:
-                return f" (at {Path(self.kata_file).name}, line {frame.f_lineno})"
-            frame = frame.f_back
-        return ""
-
-    def trip(self, name: str):
-        self.seen.append(name)
-        message = self.message(name)
-        TRIPPED.append(message)
-        raise ForbiddenCallError(message)
-
-    def check_stack(self, frame) -> None:
-        """Trip if forbidden code is running between the kata's entry and this torch call."""
-        while frame is not None and frame is not self.entry:
-            shown = self.codes.get(frame.f_code)
-            if shown:
-                self.trip(shown)
-            frame = frame.f_back
-
-    def check_no_graph(self, result, name: str) -> None:
-        tensors = result if isinstance(result, (tuple, list)) else (result,)
-        if any(isinstance(t, torch.Tensor) and t.grad_fn is not None for t in tensors):
-            self.trip(f"records an autograd graph ({name} on tensors that require grad)")
-
-    def __enter__(self):
-        _state.depth += 1
-        if _state.depth > 1:
-            return self
-        install_checkpoints(self.rules)
-        _state.guard = self
-        self.entry = sys._getframe(1)
-        self.nets = [_FunctionNet(self)] if self.rules.needs_function_mode else []
-        self.nets += [_DispatchNet(self)] if self.rules.kernels else []
-        for net in self.nets:
-            net.__enter__()
-        return self
-
-    def __exit__(self, kind, error, traceback):
-        _state.depth -= 1
-        if _state.depth > 0:
-            return False
-        for net in reversed(self.nets):
-            net.__exit__(None, None, None)
-        _state.guard = None
-        self.entry = None
-        if self.seen and not isinstance(error, ForbiddenCallError):
-            raise ForbiddenCallError(self.message(self.seen[0]))
-        return False
+    return kernel
 
 
-def check_structure(module: nn.Module, rules: Rules, kata_name: str) -> None:
-    for name, child in module.named_modules():
-        if rules.modules and isinstance(child, rules.modules):
-            where = f"self.{name}" if name else "itself"
-            raise ForbiddenCallError(
-                f"{kata_name} contains an nn.{type(child).__name__} ({where}), which is not allowed: {rules.why}"
-            )
+def _refused(*args, **kwargs):
+    """The code every removed Python function runs: its message is the constant below."""
+    raise __import__("judge.forbidden", fromlist=["refuse"]).refuse("§shown")
 
 
-def guarded(symbol, rules: Rules, kata_name: str, kata_file: str | None = None):
-    """The kata's public function, nn.Module class or autograd.Function, running under a
-    Guard whenever called (a Function: its forward and its backward)."""
-    if rules == NONE:
-        return symbol
-
-    def under_guard(function):
-        @functools.wraps(function)
-        def call(*args, **kwargs):
-            with Guard(rules, kata_name, kata_file):
-                return function(*args, **kwargs)
-
-        return call
-
-    if isinstance(symbol, type) and issubclass(symbol, nn.Module):
-
-        class Guarded(symbol):
-            def __init__(self, *args, **kwargs):
-                with Guard(rules, kata_name, kata_file):
-                    super().__init__(*args, **kwargs)
-                check_structure(self, rules, kata_name)
-
-            def __call__(self, *args, **kwargs):
-                with Guard(rules, kata_name, kata_file):
-                    return super().__call__(*args, **kwargs)
-
-        Guarded.__name__, Guarded.__qualname__, Guarded.__module__ = (
-            symbol.__name__,
-            symbol.__qualname__,
-            symbol.__module__,
-        )
-        return Guarded
-    if isinstance(symbol, type) and issubclass(symbol, torch.autograd.Function):
-        steps = ["forward", "backward"] + [
-            name
-            for name in ("setup_context", "vjp", "jvp")
-            if _function_of(getattr(symbol, name)) is not _function_of(getattr(torch.autograd.Function, name))
-        ]
-        overrides = {name: staticmethod(under_guard(getattr(symbol, name))) for name in steps}
-        overrides |= {"__module__": symbol.__module__, "__qualname__": symbol.__qualname__}
-        return type(symbol.__name__, (symbol,), overrides)
-    if callable(symbol):
-        return under_guard(symbol)
-    return symbol
+# --------------------------------------------------------------------------- removal
 
 
-class GuardedKata:
-    """The kata module as tests see it: each public symbol guarded by its rules, everything
-    else as is."""
+def remove(rules: Rules, *, kata: str, kata_file: str) -> None:
+    """Take what `rules` forbid out of this process, for good (see the module docstring)."""
+    _context.update(kata=kata, file=kata_file, why=rules.why)
+    if rules.operators:
+        _remove_operators(rules.operators)
+    for owner, attribute, shown in rules.python:
+        _remove_python(owner, attribute, shown)
+    if rules.autograd:
+        _remove_autograd()
 
-    def __init__(self, module, symbols: dict[str, Rules], kata_name: str):
-        self._module = module
-        for symbol, rules in symbols.items():
-            setattr(self, symbol, guarded(getattr(module, symbol), rules, kata_name, module.__file__))
+
+def _remove_operators(substrings: tuple[str, ...]) -> None:
+    """A refusing kernel for every key of every aten operator whose name has a substring, on a
+    dispatcher library whose only reference is dropped: the registrations live on, unreachable."""
+    library = torch._C._dispatch_library("IMPL", "aten", "", "", 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Overriding a previously registered kernel"
+        for operator, keys in _operators(substrings):
+            kernel = _refusing_kernel(public_name(operator))
+            for key in keys:
+                try:
+                    library.impl(operator, key, kernel, False)
+                except RuntimeError:  # a key that takes no direct kernel (Meta of a composite)
+                    continue
+    _leak(library)
+
+
+def _operators(substrings: tuple[str, ...]) -> list[tuple[str, tuple]]:
+    """(aten operator with its overload, the dispatch keys it has a kernel for) for each one
+    whose name has one of the substrings, each operator once."""
+    found = {}
+    for substring in substrings:
+        found.update(_operators_with(substring))
+    return list(found.items())
+
+
+@functools.cache
+def _all_operators() -> tuple[str, ...]:
+    return tuple(torch._C._dispatch_get_all_op_names())
+
+
+# The keys whose kernels compute: every backend and the composite kernels. The others
+# (autograd, autocast, functionalization, functorch's batching) wrap a call and pass it down
+# to one of these, where the refusal is waiting.
+_KEYS = (
+    "CPU",
+    "CUDA",
+    "Meta",
+    "MPS",
+    "XPU",
+    "HPU",
+    "PrivateUse1",
+    "SparseCPU",
+    "SparseCUDA",
+    "SparseMeta",
+    "SparseCsrCPU",
+    "SparseCsrCUDA",
+    "SparseCsrMeta",
+    "NestedTensorCPU",
+    "NestedTensorCUDA",
+    "NestedTensorMeta",
+    "NestedTensorHPU",
+    "QuantizedCPU",
+    "QuantizedCUDA",
+    "MkldnnCPU",
+    "CompositeImplicitAutograd",
+    "CompositeImplicitAutogradNestedTensor",
+    "CompositeExplicitAutograd",
+    "CompositeExplicitAutogradNonFunctional",
+)
+
+
+@functools.cache
+def _operators_with(substring: str) -> dict[str, tuple]:
+    """{aten operator: its dispatch keys with a kernel} for the operators whose name has
+    `substring`: the same for every kata, so worked out once per process (prepare())."""
+    keys = [getattr(torch._C.DispatchKey, k) for k in _KEYS if hasattr(torch._C.DispatchKey, k)]
+    found = {}
+    for full in _all_operators():
+        if full.startswith("aten::") and substring in full[6:]:
+            with_kernel = []
+            for key in keys:
+                try:
+                    if torch._C._dispatch_has_kernel_for_dispatch_key(full, key):
+                        with_kernel.append(key)
+                except RuntimeError:
+                    continue
+            found[full[6:]] = tuple(with_kernel)
+    return found
+
+
+# The public names of the operators a learner reaches (what a refusal names): aten name -> name.
+_PUBLIC = {
+    "scaled_dot_product_attention": "F.scaled_dot_product_attention",
+    "softmax": "torch.softmax",
+    "_softmax": "torch.softmax",
+    "_safe_softmax": "torch.softmax",
+    "log_softmax": "torch.log_softmax",
+    "_log_softmax": "torch.log_softmax",
+    "special_softmax": "torch.special.softmax",
+    "special_log_softmax": "torch.special.log_softmax",
+    "logsumexp": "torch.logsumexp",
+    "layer_norm": "F.layer_norm",
+    "native_layer_norm": "F.layer_norm",
+    "group_norm": "F.group_norm",
+    "native_group_norm": "F.group_norm",
+    "batch_norm": "F.batch_norm",
+    "native_batch_norm": "F.batch_norm",
+    "instance_norm": "F.instance_norm",
+    "rms_norm": "F.rms_norm",
+    "_fused_rms_norm": "F.rms_norm",
+    "cross_entropy_loss": "F.cross_entropy",
+    "nll_loss": "F.nll_loss",
+    "nll_loss_nd": "F.nll_loss",
+    "nll_loss2d": "F.nll_loss",
+    "kl_div": "F.kl_div",
+    "_native_multi_head_attention": "torch._native_multi_head_attention",
+}
+
+
+def public_name(operator: str) -> str:
+    """How a refusal names an aten operator ("softmax.int"): its public name where it has one."""
+    base = operator.split(".")[0]
+    return _PUBLIC.get(base) or f"torch.ops.aten.{base}"
+
+
+def _leak(value) -> None:
+    """Keep `value` alive with no Python reference to it (an extra count held by nobody)."""
+    import ctypes  # noqa: PLC0415 - the judge's own use; the kata's is refused by the scan
+
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(value))
+
+
+def _resolve(owner: str):
+    module, _, name = owner.partition(":")
+    found = importlib.import_module(module)
+    return functools.reduce(getattr, name.split("."), found) if name else found
+
+
+def _remove_python(owner: str, attribute: str, shown: str) -> None:
+    """The function's code replaced by a refusal, so every reference to it refuses."""
+    try:
+        holder = _resolve(owner)
+    except (ImportError, AttributeError):
+        return
+    raw = vars(holder).get(attribute) if isinstance(holder, type) else getattr(holder, attribute, None)
+    function = raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
+    if function is None or not hasattr(function, "__code__"):
+        return
+    code = _refused.__code__
+    code = code.replace(
+        co_consts=tuple(shown if c == "§shown" else c for c in code.co_consts),
+        co_name=function.__code__.co_name,
+        co_qualname=function.__code__.co_qualname,
+    )
+    if function.__code__.co_freevars:  # a closure's code cannot change: replace the attribute
+        setattr(holder, attribute, staticmethod(_with_code(code)) if isinstance(raw, staticmethod) else _with_code(code))
+    else:
+        function.__code__ = code
+
+
+def _with_code(code):
+    import types  # noqa: PLC0415
+
+    return types.FunctionType(code, {"__builtins__": __builtins__})
+
+
+def _replace_everywhere(replacements: dict) -> None:
+    """Every attribute of torch's modules bound to one of the originals (id -> (original,
+    replacement)), bound to its replacement instead: `from torch._C import X` included. (Modules
+    imported later, the kata's among them, get the replacement from where they import it.)"""
+    index, indexed = _binding_index()
+    spots = [spot for key in replacements for spot in index.get(key, ())]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # deprecated module attributes warn when looked at
+        for name, module in list(sys.modules.items()):
+            if name not in indexed and _is_torch(name):  # loaded since the index was made
+                spots += [(vars(module), key) for key, value in list(vars(module).items()) if id(value) in replacements]
+    for namespace, name in spots:
+        found = replacements.get(id(namespace.get(name)))
+        if found is not None and namespace.get(name) is found[0]:
+            namespace[name] = found[1]
+
+
+def _is_torch(module_name: str) -> bool:
+    return module_name == "torch" or module_name.startswith("torch.")
+
+
+@functools.cache
+def _binding_index() -> tuple[dict, frozenset]:
+    """({id(value): [(module namespace, name)]} for the callables autograd's removal replaces,
+    over torch's modules loaded now; their names): made once, in the warm process (prepare())."""
+    wanted = {id(value) for value in _autograd_originals()}
+    index: dict[int, list] = {}
+    modules = [(name, module) for name, module in list(sys.modules.items()) if _is_torch(name)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _, module in modules:
+            namespace = getattr(module, "__dict__", None)
+            if isinstance(namespace, dict):
+                for key, value in list(namespace.items()):
+                    if id(value) in wanted:
+                        index.setdefault(id(value), []).append((namespace, key))
+    return index, frozenset(name for name, _ in modules)
+
+
+def _autograd_originals() -> list:
+    functorch = torch._C._functorch
+    names = ("_grad_increment_nesting", "_jvp_increment_nesting", "_vjp_increment_nesting")
+    return [getattr(torch._C, n) for n in _AUTOGRAD_C] + [getattr(functorch, n) for n in names if hasattr(functorch, n)]
+
+
+_AUTOGRAD_C = ("_set_grad_enabled", "_InferenceMode", "_ImperativeEngine")
+
+
+def prepare() -> None:
+    """Work out, once, which operators each rule set removes (the same for every kata): done in
+    the warm process that forks the kata processes, which then only register."""
+    for rules in (ATTENTION, AUTOGRAD, CAUSAL_MASK, RMS_NORM, SOFTMAX, CROSS_ENTROPY, LAYER_NORM):
+        _operators(rules.operators)
+    _binding_index()
+
+
+class _RefusingEngine:
+    """Stands where autograd's engine was."""
 
     def __getattr__(self, name):
-        return getattr(self._module, name)
+        refuse(_ENGINE)
+
+    def __call__(self, *args, **kwargs):
+        refuse(_ENGINE)
 
 
-# --------------------------------------------------------------------------- set before the kata's import
+class _NoInferenceMode:
+    """Stands for torch._C._InferenceMode: grad mode is already off for good, so inference mode
+    changes nothing (inference_mode(False) would otherwise turn grad mode on)."""
 
-
-_installed: set = set()
-
-
-def _replace_once(owner, attribute: str, make) -> None:
-    """Replace owner.attribute by make(original), once per process."""
-    key = (id(owner), attribute)
-    raw = _raw(owner, attribute)
-    if key in _installed or raw is None:
-        return
-    replacement = make(_function_of(raw))
-    setattr(owner, attribute, staticmethod(replacement) if isinstance(raw, staticmethod) else replacement)
-    _installed.add(key)
-
-
-@functools.lru_cache(maxsize=64)
-def _python_sites(sites: tuple[Site, ...]) -> frozenset:
-    """(owner, attribute) of the rules' Python entry points, owners imported (cached: a guard
-    is made for every guarded call)."""
-    return frozenset((_resolve(owner), attribute) for owner, attribute, _ in sites)
-
-
-@functools.lru_cache(maxsize=64)
-def install_checkpoints(rules: Rules) -> None:
-    """Each of the rules' Python entry points replaced by a checkpoint that trips while a
-    guard naming it is on (on this thread), and otherwise calls through."""
-    for owner, attribute, shown in rules.python:
-        owner = _resolve(owner)
-
-        def make(original, site=(owner, attribute), shown=shown):
-            @functools.wraps(original)
-            def checkpoint(*args, **kwargs):
-                guard = _state.guard
-                if guard is not None and site in guard.python_sites:
-                    guard.trip(shown)
-                return original(*args, **kwargs)
-
-            return checkpoint
-
-        _replace_once(owner, attribute, make)
-
-
-@functools.lru_cache(maxsize=4096)
-def _trusted(filename: str) -> bool:
-    """Whether code from this file may switch the modes off: torch's own, and the judge's."""
-    return os.path.realpath(filename).startswith(TRUSTED_FOLDERS)
-
-
-def install_hatch_tripwires() -> None:
-    """The escape hatches replaced by tripwires: called from outside torch and the judge
-    while a guard is on, they trip; otherwise they are what they were."""
-    for module, attribute in ESCAPE_SITES:
-        try:
-            owner = importlib.import_module(module)
-        except ImportError:
-            continue
-
-        def make(original, shown=f"{module}.{attribute}"):
-            @functools.wraps(original)
-            def tripwire(*args, **kwargs):
-                guard = _state.guard
-                if guard is not None and not _trusted(sys._getframe(1).f_code.co_filename):
-                    guard.trip(f"{shown}, which switches the grader's checks off")
-                return original(*args, **kwargs)
-
-            return tripwire
-
-        _replace_once(owner, attribute, make)
-
-
-def _inherited():
-    """What a thread started now must run under: the guard on, else the kata being imported."""
-    guard = _state.guard
-    return (guard.rules, guard.kata_name, guard.kata_file) if guard is not None else _state.importing
-
-
-def install_thread_guards() -> None:
-    """Threads started under a guard, or while a kata file is imported, run under the same
-    rules for their whole life (threading.Thread, executors built on it, _thread)."""
-    if "threads" in _installed:
-        return
-    _installed.add("threads")
-    start, bootstrap, start_new_thread = (
-        threading.Thread.start,
-        threading.Thread._bootstrap_inner,
-        _thread.start_new_thread,
-    )
-
-    def guarded_start(self):
-        self._kata_rules = _inherited()
-        return start(self)
-
-    def guarded_bootstrap(self):
-        inherited = getattr(self, "_kata_rules", None)
-        if inherited is None or inherited[0] == NONE:
-            return bootstrap(self)
-        with Guard(*inherited):
-            return bootstrap(self)
-
-    def guarded_start_new_thread(function, args, kwargs=None):
-        inherited = _inherited()
-        if inherited is None or inherited[0] == NONE:
-            return start_new_thread(function, args, kwargs or {})
-
-        def run(*args, **kwargs):
-            with Guard(*inherited):
-                return function(*args, **kwargs)
-
-        return start_new_thread(run, args, kwargs or {})
-
-    threading.Thread.start = guarded_start
-    threading.Thread._bootstrap_inner = guarded_bootstrap
-    _thread.start_new_thread = guarded_start_new_thread
-
-
-class importing_kata:
-    """Context manager around the kata file's import: threads it starts inherit `rules`."""
-
-    def __init__(self, rules: Rules, kata_name: str, kata_file: str):
-        self.inherited = (rules, kata_name, kata_file)
+    def __init__(self, *args, **kwargs):
+        pass
 
     def __enter__(self):
-        _state.importing = self.inherited
         return self
 
     def __exit__(self, *exc):
-        _state.importing = None
         return False
 
 
-def prepare_for_kata(symbols: dict[str, Rules]) -> None:
-    """Before a kata file is imported: checkpoints, tripwires and thread guards in place."""
-    for rules in symbols.values():
-        install_checkpoints(rules)
-    if any(rules != NONE for rules in symbols.values()):
-        install_hatch_tripwires()
-    install_thread_guards()
+def _set_grad_enabled(mode: bool) -> None:
+    """Where torch._C._set_grad_enabled was: off is where it stays."""
+    if mode:
+        refuse("turns autograd on (torch.enable_grad() or grad mode)")
+
+
+def _remove_autograd() -> None:
+    """Grad mode off for good in this (single-threaded) process; the engine, torch.func's
+    transforms and forward-mode AD refusing; no original kept anywhere."""
+    torch._C._set_grad_enabled(False)
+    engine = _RefusingEngine()
+    named = dict(zip(_AUTOGRAD_C, (_set_grad_enabled, _NoInferenceMode, engine)))
+    replacements = {}
+    for original in _autograd_originals():
+        replacement = named.get(getattr(original, "__name__", "")) or _refusing_kernel(_ENGINE)
+        replacements[id(original)] = (original, replacement)
+    _replace_everywhere(replacements)
+    torch.autograd.variable.Variable._execution_engine = engine
+    for owner, attribute in (
+        ("torch.autograd", "grad"),
+        ("torch.autograd", "backward"),
+        ("torch.autograd.graph", "_engine_run_backward"),
+        ("torch:Tensor", "backward"),
+        *(("torch._functorch.eager_transforms", name) for name in _FUNCTORCH),
+    ):
+        _remove_python(owner, attribute, _ENGINE)
+
+
+_FUNCTORCH = ("grad_impl", "grad_and_value_impl", "vjp", "jvp", "jacrev", "jacfwd", "linearize", "hessian")
 
 
 def union(symbols: dict[str, Rules]) -> Rules:
-    """Every rule of every public symbol: what a thread the kata starts at import runs under."""
+    """Every rule of every public symbol: what the kata process removes."""
     return functools.reduce(lambda a, b: a + b, symbols.values(), NONE)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
 
-from judge.forbidden import GuardedKata, Rules, importing_kata, prepare_for_kata, refuse_escape_hatches, union
+from judge.forbidden import Rules, refuse_escape_hatches, remove, union
 
 
 class KataLoadError(Exception):
@@ -44,16 +46,23 @@ def load_kata(path: Path, *symbols: str):
     return module
 
 
-def load_guarded(path: Path, symbols: dict[str, Rules], kata_name: str, baseline: dict) -> GuardedKata:
-    """The kata as tests see it: escape hatches refused, the guard's checkpoints and
-    tripwires set, imported (threads it starts there run under all its rules), torch's state
-    checked against `baseline` (taken before the import), each public symbol guarded."""
-    refuse_escape_hatches(path, kata_name)
-    prepare_for_kata(symbols)
-    with importing_kata(union(symbols), kata_name, str(path)):
-        module = load_kata(path, *symbols)
+def load_denied(path: Path, symbols: dict[str, Rules], kata_name: str, private_dir: str | None = None):
+    """The kata module, imported in a process from which what its symbols' rules forbid has
+    been removed for good (judge.forbidden), after a static scan for escape hatches, inside
+    the sandbox's walls when `private_dir` (its only writable place) is given; torch's global
+    state checked against what it was just before the import."""
+    refuse_escape_hatches(path)
+    rules = union(symbols)
+    remove(rules, kata=kata_name, kata_file=str(path))
+    if private_dir is not None and os.environ.get("KATAS_SANDBOX") != "off":  # off: tests of the other walls
+        from judge.remote.sandbox import enclose
+
+        os.environ["TMPDIR"] = tempfile.tempdir = private_dir
+        enclose(private_dir, threads=not rules.autograd)
+    baseline = torch_state()
+    module = load_kata(path, *symbols)
     restore_torch_state(baseline, when=f"importing {path.name}")
-    return GuardedKata(module, symbols, kata_name)
+    return module, baseline
 
 
 def torch_state() -> dict:

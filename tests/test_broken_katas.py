@@ -21,6 +21,7 @@ EXPECTED = {  # tests/broken/<kata>/<file> -> (status, words its message must co
     "causal_mask/hangs_at_import": ("timeout", "importing hangs_at_import.py did not finish"),
     "causal_mask/exits_interpreter": ("crash", "exit code 3"),
     "causal_mask/segfault": ("crash", "SIGSEGV"),
+    "causal_mask/reaches_memory_with_ctypes": ("forbidden", "uses ctypes"),  # issue 26: no raw memory
     "causal_mask/calls_sys_exit": ("fail", "SystemExit"),
     "causal_mask/floods_output": ("pass", "tests passed"),  # issue 15: a print is shown, never counted
     "causal_mask/floods_gigabytes": ("fail", "more than 64 MB of output"),
@@ -41,15 +42,15 @@ EXPECTED = {  # tests/broken/<kata>/<file> -> (status, words its message must co
     "scaled_dot_product_attention/calls_aten_sdpa": ("forbidden", "scaled_dot_product_attention"),
     "scaled_dot_product_attention/calls_mha_forward": ("forbidden", "multi_head_attention_forward"),  # hole 10
     "scaled_dot_product_attention/calls_native_mha": ("forbidden", "_native_multi_head_attention"),  # hole 10
-    "scaled_dot_product_attention/disables_torch_function": ("forbidden", "DisableTorchFunction"),
-    "scaled_dot_product_attention/disables_modes": ("forbidden", "_python_dispatch"),
+    "scaled_dot_product_attention/disables_torch_function": ("forbidden", "F.scaled_dot_product_attention"),
+    "scaled_dot_product_attention/disables_modes": ("forbidden", "F.scaled_dot_product_attention"),
     "scaled_dot_product_attention/swallows_the_refusal": ("forbidden", "F.scaled_dot_product_attention"),
     "scaled_dot_product_attention/returns_nan": ("fail", "contains NaN at index"),
     "scaled_dot_product_attention/modifies_query_in_place": ("fail", "modified its `query` argument in place"),
     "multi_head_attention/calls_mha_forward": ("forbidden", "multi_head_attention_forward"),
     "encoder_layer/borrows_pytorch_feed_forward": ("forbidden", "nn.TransformerEncoderLayer._ff_block"),  # hole 12
-    "attention_backward/calls_grad_fn_by_hand": ("forbidden", "records an autograd graph"),  # hole 9
-    "attention_backward/engine_by_computed_name": ("forbidden", "records an autograd graph"),  # hole 9
+    "attention_backward/calls_grad_fn_by_hand": ("forbidden", "turns autograd on"),  # hole 9
+    "attention_backward/engine_by_computed_name": ("forbidden", "calls autograd"),  # hole 9
     "attention_backward/softmax_backward_kernel": ("forbidden", "_softmax_backward_data"),  # hole 9
     "attention_function/backward_calls_autograd": ("forbidden", "autograd"),  # hole 3
     # issue 16: the guard holds in threads, for aliases bound at import, through computed names
@@ -58,18 +59,18 @@ EXPECTED = {  # tests/broken/<kata>/<file> -> (status, words its message must co
         "forbidden",
         "F.scaled_dot_product_attention",
     ),
-    "scaled_dot_product_attention/disables_modes_by_computed_name": ("forbidden", "DisableTorchFunction"),
+    "scaled_dot_product_attention/disables_modes_by_computed_name": ("forbidden", "uses importlib"),
     "attention_backward/grad_in_a_default_argument": ("forbidden", "autograd"),
     # issue 16: nothing escapes the grade's process tree, and no kata harms another's grade
-    "causal_mask/leaves_a_daemon": ("pass", "tests passed"),  # see test below: the daemon is dead
-    "causal_mask/kills_its_parent": ("crash", "watching over the kata was killed"),
-    "causal_mask/kills_the_fork_server": ("crash", "the process grading it died"),
-    "causal_mask/deletes_its_own_file": ("pass", "tests passed"),  # graded from a private copy
+    "causal_mask/leaves_a_daemon": ("error", "Operation not permitted"),  # issue 26: no fork in the kata process
+    "causal_mask/kills_its_parent": ("fail", "Operation not permitted"),  # issue 26: signals to itself only
+    "causal_mask/kills_the_fork_server": ("fail", "Operation not permitted"),
+    "causal_mask/deletes_its_own_file": ("error", "Permission denied"),  # issue 26: writes only to its temp dir
     "causal_mask/leaves_a_thread_running": ("fail", "thread(s) running"),
     # issue 16: the kata runs in a process of its own; the tests, references and results file elsewhere
     "causal_mask/patches_the_comparison": ("fail", "tests failed"),
     "causal_mask/bends_the_reference": ("fail", "tests failed"),
-    "causal_mask/writes_the_results_file": ("fail", "tests failed"),
+    "causal_mask/writes_the_results_file": ("error", "Permission denied"),  # issue 26: writes only its temp dir
     "scaled_dot_product_attention/reads_the_expected_from_the_caller": ("fail", "tests failed"),
 }
 SHORT = (
@@ -94,14 +95,25 @@ BOTH_ENGINES = (
 )
 
 
-def grade(names, seed: int, *, fork: bool) -> dict:
+# The walls behind the sandbox, proven with it off (KATAS_SANDBOX=off): where a platform lacks
+# namespaces, Landlock or seccomp, the watcher still kills every process a kata leaves, a kata
+# that kills its parent is a crash and the others are graded on, and it deletes only a copy.
+WITHOUT_SANDBOX = {
+    "causal_mask/leaves_a_daemon": ("pass", "tests passed"),  # see test below: the daemon is dead
+    "causal_mask/kills_its_parent": ("crash", "watching over the kata was killed"),
+    "causal_mask/kills_the_fork_server": ("crash", "the process grading it died"),
+    "causal_mask/deletes_its_own_file": ("pass", "tests passed"),  # graded from a private copy
+}
+
+
+def grade(names, seed: int, *, fork: bool, expected: dict = EXPECTED) -> dict:
     """Each file up to its first failed test: its verdict is settled there."""
     verdicts = {}
     for short in (True, False):
         chosen = [name for name in names if (name in SHORT) == short]
         results = grade_all(
             [
-                Job(name.split("/")[0], BROKEN / f"{name}.py", first_failure=EXPECTED[name][0] != "pass")
+                Job(name.split("/")[0], BROKEN / f"{name}.py", first_failure=expected[name][0] != "pass")
                 for name in chosen
             ],
             seed=seed,
@@ -131,6 +143,18 @@ def verdicts(request, daemons) -> dict:
 @pytest.fixture(scope="module")
 def process_verdicts(request, daemons) -> dict:
     return grade(list(BOTH_ENGINES), request.config.kata_seed, fork=False)
+
+
+@pytest.fixture(scope="module")
+def unwalled_verdicts(request, daemons) -> dict:
+    """The files of WITHOUT_SANDBOX graded by both engines with the sandbox off."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KATAS_SANDBOX", "off")
+        seed = request.config.kata_seed
+        return {
+            "fork": grade(list(WITHOUT_SANDBOX), seed, fork=True, expected=WITHOUT_SANDBOX),
+            "process": grade([n for n in WITHOUT_SANDBOX if n in BOTH_ENGINES], seed, fork=False, expected=WITHOUT_SANDBOX),
+        }
 
 
 def test_every_broken_file_has_an_expected_verdict():
@@ -185,16 +209,32 @@ def alive(pid: int) -> bool:
 
 
 @pytest.mark.timeout(300)
-def test_a_daemon_the_kata_starts_does_not_outlive_its_grade(verdicts, process_verdicts, daemons):
-    """setsid() and a double fork take a process out of the kata's group and away from its
-    parent; the watcher of the grade (a child subreaper) still kills it when the grade ends."""
-    assert verdicts["causal_mask/leaves_a_daemon"].status == "pass"
+@pytest.mark.parametrize(
+    "name, engine",
+    [(name, "fork") for name in WITHOUT_SANDBOX] + [(name, "process") for name in WITHOUT_SANDBOX if name in BOTH_ENGINES],
+)
+def test_without_the_sandbox_the_other_walls_still_hold(name, engine, unwalled_verdicts):
+    status, words = WITHOUT_SANDBOX[name]
+    verdict = unwalled_verdicts[engine][name]
+    assert (verdict.status, words in verdict.message) == (status, True), (
+        f"{name}, {engine} engine, no sandbox: got {verdict.status!r} with message {verdict.message!r}; "
+        f"expected {status!r} mentioning {words!r}"
+    )
+
+
+@pytest.mark.timeout(300)
+def test_a_daemon_the_kata_starts_does_not_outlive_its_grade(verdicts, unwalled_verdicts, daemons):
+    """In the sandbox a kata cannot fork at all. Without it, setsid() and a double fork take a
+    process out of the kata's group and away from its parent; the watcher of the grade (a
+    child subreaper) still kills it when the grade ends."""
+    assert verdicts["causal_mask/leaves_a_daemon"].status == "error"
     pids = [int(note.name) for note in daemons.iterdir()]
-    assert len(pids) >= 2, "the daemon of each engine's grade noted its pid"
+    assert len(pids) >= 2, "the daemon of each engine's unsandboxed grade noted its pid"
     assert not [pid for pid in pids if alive(pid)], f"daemons still alive after their grades: {pids}"
 
 
 @pytest.mark.timeout(300)
-def test_a_kata_that_deletes_its_file_deletes_only_its_private_copy(verdicts):
-    assert verdicts["causal_mask/deletes_its_own_file"].status == "pass"
+def test_a_kata_that_deletes_its_file_deletes_only_its_private_copy(verdicts, unwalled_verdicts):
+    assert verdicts["causal_mask/deletes_its_own_file"].status == "error"  # the sandbox refuses the write
+    assert unwalled_verdicts["fork"]["causal_mask/deletes_its_own_file"].status == "pass"
     assert (BROKEN / "causal_mask" / "deletes_its_own_file.py").is_file()

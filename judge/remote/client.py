@@ -19,6 +19,7 @@ import faulthandler
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 
@@ -242,6 +243,8 @@ class KataProcess:
     def close(self) -> None:
         self.closed = True
         self.sock.close()
+        if getattr(self, "private", None) is not None:
+            self.private.cleanup()
 
     def request(self, op: str, **args):
         if self.closed:
@@ -306,10 +309,18 @@ class KataProcess:
         raise KataDied(f"the kata process died ({reason})")
 
     def load(self, path: str, kata: str, symbols: dict, test_module: str, tests: tuple = ()) -> RemoteKata:
-        """Have the kata process import the kata file, each symbol guarded by its rules (and
-        first the test module `tests` = (name, sys.path), whose scenarios run there)."""
+        """Have the kata process import the kata file, with what its symbols' rules forbid
+        removed and inside the sandbox (its own temp dir, removed on close), after the test
+        module `tests` = (name, sys.path), whose scenarios run there."""
+        self.private = tempfile.TemporaryDirectory(prefix="kata-tmp-")
         description = self.request(
-            "load", path=path, kata=kata, symbols=symbols, test_module=test_module, tests=tests
+            "load",
+            path=path,
+            kata=kata,
+            symbols=symbols,
+            test_module=test_module,
+            tests=tests,
+            private_dir=self.private.name,
         )["kata"]
         return RemoteKata(self, description)
 

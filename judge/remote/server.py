@@ -27,7 +27,7 @@ from torch import nn
 
 from judge import forbidden
 from judge.failures import ThreadLeftRunning, error_kind, failure_text
-from judge.loading import load_guarded, restore_torch_state, torch_state
+from judge.loading import load_denied, restore_torch_state
 from judge.remote.tensors import Seen, flat_containers, flat_tensors, involved, keys_of, same_kind, tensor_at
 from judge.remote.wire import (
     ChannelClosed,
@@ -163,7 +163,9 @@ class KataServer:
 
     # ----------------------------------------------------------------------- operations
 
-    def op_load(self, path: str, kata: str, symbols: dict, test_module: str, tests: tuple = ()) -> dict:
+    def op_load(
+        self, path: str, kata: str, symbols: dict, test_module: str, tests: tuple = (), private_dir: str | None = None
+    ) -> dict:
         """Import the kata file under the guard, with the rules the judge sent for its symbols;
         first the kata's test modules (`tests`: (name, sys.path)), whose scenarios run here."""
         self.kata_file, self.test_module = str(Path(path)), test_module
@@ -171,8 +173,7 @@ class KataServer:
             name, path_list = tests
             sys.path[:] = path_list
             importlib.import_module(name)
-        self.baseline = torch_state()
-        self.kata = load_guarded(Path(path), symbols, kata, self.baseline)
+        self.kata, self.baseline = load_denied(Path(path), symbols, kata, private_dir)
         return {"kata": self.encode(self.kata, top=True)}
 
     def op_run(self, module: str, name: str, args, kwargs) -> dict:
@@ -432,7 +433,7 @@ class KataServer:
         torch_base = f"{cls.__module__}:{cls.__qualname__}" if cls.__module__.startswith("torch.") else None
         out = {"h": handle, "cls": cls.__name__, "module": isinstance(obj, nn.Module), "torch_base": torch_base}
         if top:
-            out["names"] = sorted(name for name in vars(obj._module) if not name.startswith("__"))
+            out["names"] = sorted(name for name in vars(obj) if not name.startswith("__"))
             return out
         out |= self.state_of(obj, handle)
         out["methods"] = methods_of(cls)

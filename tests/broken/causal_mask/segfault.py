@@ -1,6 +1,7 @@
-"""Broken causal_mask: dereferences a null pointer. Expected verdict: crash."""
-import ctypes
+"""Broken causal_mask: its process dies of a segmentation fault (SIGSEGV, as native code with a bad pointer would). Expected verdict: crash."""
+import os
+import signal
 
 
 def causal_mask(seq_len, *, device=None):
-    return ctypes.string_at(0)
+    os.kill(os.getpid(), signal.SIGSEGV)
