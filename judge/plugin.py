@@ -107,6 +107,12 @@ def real_stderr(config) -> int | None:
     return getattr(err, "targetfd_save", None)
 
 
+def pytest_sessionfinish(session, exitstatus):
+    loaded = getattr(session.config, "kata_loaded", None)
+    if loaded is not None:
+        loaded[1]._process.close()
+
+
 def pytest_report_header(config):
     cuda = "" if cuda_usable(config) or config.getoption("device") == "cpu" else f"; {NO_CUDA}: its cases are left out"
     return f"kata seed: {config.kata_seed} (replay with --seed {config.kata_seed}); implementation: {impl_root(config)}{cuda}"
@@ -152,10 +158,17 @@ def pytest_collection_modifyitems(session, config, items):
 @pytest.fixture(scope="module")
 def kata(request):
     """The kata under test, from --impl, in a kata process of its own (this process never
-    imports it): loaded there by the test module's SPEC, escape hatches refused, torch's
-    state checked after the import, its public symbols guarded; here, proxies to them."""
+    imports it): loaded there by the test module's SPEC, with what the kata forbids removed
+    and inside the sandbox; here, a handle that runs scenarios there. The test modules of a
+    kata split by concern share one kata process (core tests run first, so they interleave)."""
     spec = request.module.SPEC
     path = impl_path(request.config, spec.kata)
+    key = (spec.kata, str(path))
+    loaded = getattr(request.config, "kata_loaded", None)
+    if loaded is not None and loaded[0] == key and not loaded[1]._process.closed:
+        return loaded[1]
+    if loaded is not None:
+        loaded[1]._process.close()
     writer = request.config.pluginmanager.get_plugin("kata-results")
     process = KataProcess(request.config.kata_zygote, mirror_death=writer is not None)
     if writer is not None:  # the grader's clock: a hang here is the file's top-level code
@@ -164,8 +177,8 @@ def kata(request):
     kata = process.load(str(path), spec.kata, spec.guarded_symbols, str(request.module.__file__), tests)
     if writer is not None:
         writer.events.write(Begin(nodeid=writer.running))
-    yield kata
-    process.close()
+    request.config.kata_loaded = (key, kata)
+    return kata
 
 
 @pytest.fixture(autouse=True)
@@ -178,11 +191,11 @@ def kata_left_nothing_behind(request):
         kata = request.getfixturevalue("kata")
         process = kata._process if isinstance(kata, RemoteKata) else None
     if process is not None:
-        process.request("begin_test")
+        process.begin_test()
     yield
     restore_torch_state(request.config.torch_baseline, when="the test")
     if process is not None:
-        process.request("end_test")  # raises what the kata left behind, as the kata raised it
+        process.end_test()  # raises what the kata left behind
 
 
 @pytest.fixture

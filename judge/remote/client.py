@@ -26,11 +26,10 @@ import time
 import torch
 from torch import nn
 
-from judge.failures import ThreadLeftRunning
+from judge.failures import ThreadLeftRunning, failure_text, kind_of
 from judge.forbidden import ForbiddenCallError
 from judge.isolation import ATTACKED, exit_reason
 from judge.loading import KataLoadError, TorchStateChanged
-from judge.protocol import ErrorKind
 from judge.remote.tensors import Seen, flat_containers, flat_tensors, involved, keys_of, same_kind, tensor_at
 from judge.remote.wire import (
     ChannelClosed,
@@ -51,9 +50,9 @@ _JUDGE_ERRORS = {
     "ForbiddenCallError": ForbiddenCallError,
     "KataLoadError": KataLoadError,
     "TorchStateChanged": TorchStateChanged,
-    "ThreadLeftRunning": ThreadLeftRunning,
     "OutOfMemoryError": torch.OutOfMemoryError,
 }
+THREAD_GRACE = 0.5  # seconds a thread the kata started may take to finish after a test
 _pending = threading.local()
 
 
@@ -62,21 +61,39 @@ class KataDied(Exception):
 
 
 def rebuild_error(answer: dict) -> BaseException:
-    """The kata's exception as the judge raises it: the same class where it is a builtin
-    (so `except ValueError` works) or one of the judge's, else a RuntimeError of that name;
-    `kata_error` carries its kind and the message the learner reads."""
-    name, message, kind = answer["type"], answer["message"], ErrorKind(answer["kind"])
+    """The kata's exception as the judge raises it, from the facts the kata process sent (see
+    KataServer.error): its kind decided here (failures.kind_of); the same class where it is a
+    builtin (so `except ValueError` works) or one of the judge's few, else a RuntimeError of
+    its name; `kata_error` carries the kind and the message the learner reads."""
+    names, message = [str(n) for n in answer["names"]] or ["Exception"], str(answer["message"])
+    frames = [line if isinstance(line, int) else None for line in answer["frames"]]
+    kind = kind_of(names, message, answer["errno"], frames)
+    lines = [line for line in frames if line is not None]
+    where = f" (raised at {answer['file']}, line {lines[-1]})" if lines else ""
+    name = names[0]
     cls = _JUDGE_ERRORS.get(name) or _BUILTIN_ERRORS.get(name)
-    if cls is None:
-        cls = type(name, (RuntimeError,), {"__module__": "kata"})
     try:
-        error = (
-            cls(answer["errno"], message) if answer["errno"] is not None and issubclass(cls, OSError) else cls(message)
-        )
-    except Exception:  # noqa: BLE001 - an exception class with another signature
+        errno_ = answer["errno"]
+        error = cls(errno_, message) if errno_ is not None and issubclass(cls, OSError) else cls(message)
+    except Exception:  # noqa: BLE001 - no such class, or one with another signature
         error = type(name, (RuntimeError,), {"__module__": "kata"})(message)
-    error.kata_error = (kind, name, answer["text"])
+    error.kata_error = (kind, name, failure_text(kind, name, message, where))
     return error
+
+
+def threads_of(pid: int) -> dict[int, str]:
+    """{thread id: name} of a process, from /proc (measured from outside it)."""
+    found = {}
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/comm", encoding="utf-8", errors="replace") as comm:
+                    found[int(tid)] = comm.read().strip()
+            except OSError:
+                continue
+    except OSError:
+        pass
+    return found
 
 
 def mirror_death(status: int) -> None:
@@ -307,6 +324,24 @@ class KataProcess:
             mirror_death(status)
         reason = exit_reason(os.waitstatus_to_exitcode(status) if status is not None else None)
         raise KataDied(f"the kata process died ({reason})")
+
+    def begin_test(self) -> None:
+        self.threads_at_start = threads_of(self.pid)
+        self.request("begin_test")
+
+    def end_test(self) -> None:
+        """What the kata left behind: torch's state changed or a refusal (the kata process says),
+        a thread still running (counted here, from /proc, after a short grace)."""
+        self.request("end_test")
+        deadline = time.monotonic() + THREAD_GRACE
+        while (started := set(threads_of(self.pid)) - set(self.threads_at_start)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if started and not self.closed and threads_of(self.pid):
+            names = ", ".join(sorted({threads_of(self.pid).get(tid, "?") for tid in started})[:3])
+            raise ThreadLeftRunning(
+                f"the kata left {len(started)} thread(s) running after the call ({names}): everything it "
+                "computes must be done when it returns; join the threads it starts (or use `with` on an executor)"
+            )
 
     def load(self, path: str, kata: str, symbols: dict, test_module: str, tests: tuple = ()) -> RemoteKata:
         """Have the kata process import the kata file, with what its symbols' rules forbid

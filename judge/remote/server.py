@@ -16,8 +16,6 @@ import importlib.util
 import os
 import sys
 import tempfile
-import threading
-import time
 import traceback
 import weakref
 from pathlib import Path
@@ -26,7 +24,6 @@ import torch
 from torch import nn
 
 from judge import forbidden
-from judge.failures import ThreadLeftRunning, error_kind, failure_text
 from judge.loading import load_denied, restore_torch_state
 from judge.remote.tensors import Seen, flat_containers, flat_tensors, involved, keys_of, same_kind, tensor_at
 from judge.remote.wire import (
@@ -42,7 +39,6 @@ from judge.remote.wire import (
 from judge.testing.scenarios import run_here
 
 PRINTED_LIMIT = 2000  # characters of what the kata printed during one request passed to the judge
-THREAD_GRACE = 0.5  # seconds a thread the kata started may take to finish after a test
 PLAIN = (bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device, torch.Size)
 
 
@@ -100,7 +96,7 @@ class KataServer:
         self.test_module = ""
         self.kata_file = ""
         self.baseline: dict = {}
-        self.test_start: tuple = (0, set())
+        self.test_start = 0
         self.described: set[int] = set()  # handles of objects the judge mirrors
         self.plain_sent: dict[int, dict] = {}  # id(object) -> the plain attributes the judge last got
         self.adopted: list[tuple[int, object]] = []  # (token, object) the judge passed by value in this call
@@ -145,20 +141,20 @@ class KataServer:
         return text + (f" ... ({size} bytes in all)" if size > PRINTED_LIMIT else "")
 
     def error(self, error: BaseException) -> dict:
+        """The facts of an exception, for the judge to decide its kind: its class's and base
+        classes' names, message, errno, and the kata file's line of each frame (or None)."""
         frames = [
             entry.lineno if entry.filename == self.kata_file else None
             for entry in traceback.extract_tb(error.__traceback__)
         ]
-        lines = [line for line in frames if line is not None]
-        kind, name = error_kind(error, frames), type(error).__name__
-        where = f" (raised at {Path(self.kata_file).name}, line {lines[-1]})" if lines else ""
+        errno_ = getattr(error, "errno", None)
         return tagged(
             "error",
-            type=name,
+            names=[cls.__name__ for cls in type(error).__mro__],
             message=str(error),
-            kind=str(kind),
-            text=failure_text(kind, name, str(error), where),
-            errno=getattr(error, "errno", None),
+            errno=errno_ if isinstance(errno_, int) else None,
+            frames=frames,
+            file=Path(self.kata_file).name,
         )
 
     # ----------------------------------------------------------------------- operations
@@ -290,28 +286,19 @@ class KataServer:
         return hook if when == "hook" else pre_hook
 
     def op_begin_test(self) -> dict:
-        self.test_start = (forbidden.trips(), set(threading.enumerate()))
+        self.test_start = forbidden.trips()
         return {}
 
     def op_trips(self) -> dict:
-        return {"refused": forbidden.TRIPPED[self.test_start[0] :]}
+        return {"refused": forbidden.TRIPPED[self.test_start :]}
 
     def op_end_test(self) -> dict:
-        """What a test leaves behind: torch's state, a refusal unreported, a thread running."""
+        """What a test leaves behind here: torch's state changed, a refusal unreported (threads
+        left running are counted by the judge, from /proc)."""
         self.graphs.clear()
         restore_torch_state(self.baseline, when="the kata")
-        if refused := forbidden.TRIPPED[self.test_start[0] :]:
+        if refused := forbidden.TRIPPED[self.test_start :]:
             raise forbidden.ForbiddenCallError(refused[0])
-        started = [thread for thread in threading.enumerate() if thread not in self.test_start[1]]
-        deadline = time.monotonic() + THREAD_GRACE
-        for thread in started:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        if running := [thread for thread in started if thread.is_alive()]:
-            names = ", ".join(thread.name for thread in running[:3])
-            raise ThreadLeftRunning(
-                f"the kata left {len(running)} thread(s) running after the call ({names}): everything it "
-                "computes must be done when it returns; join the threads it starts (or use `with` on an executor)"
-            )
         return {}
 
     def op_probe(self, function: str, args, kwargs) -> dict:

@@ -25,8 +25,17 @@ _HEADER = struct.Struct("<Q")
 _DTYPES = {str(dtype): dtype for dtype in vars(torch).values() if isinstance(dtype, torch.dtype)}
 
 
+MAX_FRAME = 1 << 31  # bytes in one frame: an answer larger than 2 GiB is refused
+MAX_DEPTH = 64  # containers nested in an answer
+MAX_VALUES = 1 << 22  # values rebuilt from one answer (a pickle can refer to one list many times)
+
+
 class ChannelClosed(Exception):
     """The other process closed the socket (it exited or was killed)."""
+
+
+class WireError(TypeError):
+    """A value that cannot cross as data (a sparse tensor, say): the message says what to return."""
 
 
 def send_frame(sock: socket.socket, payload: bytes) -> None:
@@ -35,6 +44,8 @@ def send_frame(sock: socket.socket, payload: bytes) -> None:
 
 def recv_frame(sock: socket.socket) -> bytes:
     (size,) = _HEADER.unpack(_recv_exactly(sock, _HEADER.size))
+    if size > MAX_FRAME:
+        raise ChannelClosed(f"the other process sent a frame of {size} bytes, over the {MAX_FRAME}-byte limit")
     return _recv_exactly(sock, size)
 
 
@@ -110,7 +121,12 @@ def _describe(value, storages: dict):
 
 
 def _tensor(tensor: torch.Tensor, storages: dict) -> dict:
+    if tensor.layout != torch.strided or tensor.is_quantized or tensor.is_nested:
+        kind = "nested" if tensor.is_nested else "quantized" if tensor.is_quantized else str(tensor.layout)
+        raise WireError(f"a {kind} tensor cannot be judged: return a dense tensor (e.g. .to_dense(), .dequantize())")
     tensor = tensor.detach()
+    if tensor.is_neg() or tensor.is_conj():  # a lazy negation or conjugation: its storage holds the other values
+        tensor = tensor.resolve_neg().resolve_conj()
     out = {
         TAG: "tensor",
         "dtype": str(tensor.dtype),
@@ -137,10 +153,14 @@ def _unpack(message: dict):
         torch.frombuffer(bytearray(data), dtype=torch.uint8).untyped_storage() if data else None
         for data in message["storages"]
     ]
-    return _rebuild(message["body"], storages, {})
+    return _rebuild(message["body"], storages, {"§budget": MAX_VALUES})
 
 
-def _rebuild(value, storages: list, moved: dict):
+def _rebuild(value, storages: list, moved: dict, depth: int = 0):
+    moved["§budget"] -= 1
+    if depth > MAX_DEPTH or moved["§budget"] < 0:
+        raise WireError(f"the answer nests deeper than {MAX_DEPTH} levels or holds more than {MAX_VALUES} values")
+    depth += 1
     if isinstance(value, dict):
         kind = value.get(TAG)
         if kind == "tensor":
@@ -157,11 +177,11 @@ def _rebuild(value, storages: list, moved: dict):
             return Ellipsis
         if kind == "opaque":
             return Opaque(value["type"], value["text"])
-        return {k: _rebuild(v, storages, moved) for k, v in value.items()}
+        return {k: _rebuild(v, storages, moved, depth) for k, v in value.items()}
     if isinstance(value, tuple):
-        return tuple(_rebuild(v, storages, moved) for v in value)
+        return tuple(_rebuild(v, storages, moved, depth) for v in value)
     if isinstance(value, list):
-        return [_rebuild(v, storages, moved) for v in value]
+        return [_rebuild(v, storages, moved, depth) for v in value]
     return value
 
 
