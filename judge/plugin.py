@@ -133,9 +133,15 @@ def cuda_usable(config) -> bool:
 
 
 def pytest_generate_tests(metafunc):
+    """A test taking `device` runs on the CPU and, where --device allows it, on CUDA; a core
+    test on the CPU alone unless CUDA is asked for: the math is judged against the float64
+    reference there, and where results are made is a convention, judged (values included, on
+    a GPU) by its own tests."""
     if "device" in metafunc.fixturenames:
         choice = metafunc.config.getoption("device")
         devices = [choice] if choice != "auto" else ["cpu", "cuda"]
+        if tier_of(metafunc.definition)[0] == CORE and choice == "auto":
+            devices = ["cpu"]
         metafunc.parametrize(
             "device", [pytest.param(d, marks=pytest.mark.kata_cuda) if d == "cuda" else d for d in devices]
         )

@@ -8,6 +8,8 @@ check that needs a GPU) are left out of the count and listed, never passed.
 
 from __future__ import annotations
 
+import re
+
 from judge.isolation import ATTACKED, ProcessEnd, exit_reason
 from judge.language import tr
 from judge.limits import Limits
@@ -24,6 +26,15 @@ from judge.protocol import (
     Tier,
     most_specific,
 )
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """A text the kata had a hand in (a message, what it printed) with every terminal control
+    character but newline and tab shown escaped (\x1b...): it cannot paint the table."""
+    return _CONTROL.sub(lambda m: ascii(m.group())[1:-1], text)
 
 
 def classify(name: str, events: list[Event], end: ProcessEnd, tail: str, limits: Limits) -> KataResult:
@@ -58,11 +69,11 @@ def classify(name: str, events: list[Event], end: ProcessEnd, tail: str, limits:
             score,
             passed,
             total,
-            message,
+            printable(message),
             records,
             unjudged,
             diagnosis,
-            printed=printed,
+            printed=printable(printed),
             tiers=tiers,
             internal_error=internal,
         )
@@ -211,9 +222,9 @@ def failure_record(report: TestReport) -> dict:
     """A failed test as the JSON report lists it."""
     record = {"name": report.name, "outcome": str(report.outcome), "kind": report.kind and str(report.kind)}
     record["tier"] = report.tier
-    record |= {"error": report.error, "message": report.message}
+    record |= {"error": report.error, "message": printable(report.message)}
     if report.output:
-        record["output"] = report.output
+        record["output"] = printable(report.output)
     if report.diagnosis:
         record["diagnosis"] = report.diagnosis
     return record

@@ -22,6 +22,7 @@ EXPECTED = {  # tests/broken/<kata>/<file> -> (status, words its message must co
     "causal_mask/exits_interpreter": ("crash", "exit code 3"),
     "causal_mask/segfault": ("crash", "SIGSEGV"),
     "causal_mask/reaches_memory_with_ctypes": ("forbidden", "uses ctypes"),  # issue 26: no raw memory
+    "causal_mask/paints_the_terminal": ("fail", "\\x1b[2J\\x1b[H\\x1b[32m"),  # issue 26: escapes shown as text
     "causal_mask/calls_sys_exit": ("fail", "SystemExit"),
     "causal_mask/floods_output": ("pass", "tests passed"),  # issue 15: a print is shown, never counted
     "causal_mask/floods_gigabytes": ("fail", "more than 64 MB of output"),
@@ -170,6 +171,7 @@ def test_broken_kata_gets_the_right_verdict(name, verdicts):
         f"{name}: got {verdict.status!r} with message {verdict.message!r}; expected {status!r} mentioning {words!r}"
     )
     assert len(verdict.message) < 1500, "messages are truncated"
+    assert "\x1b" not in verdict.message + "".join(f["message"] for f in verdict.failures), "no terminal escape reaches the table"
 
 
 @pytest.mark.timeout(300)

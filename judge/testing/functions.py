@@ -99,15 +99,22 @@ def named(what: str) -> Callable:
     return lambda result, text: {what: result}
 
 
-def pair(first: str, second: str) -> Callable:
-    """outputs for a function that returns a pair, e.g. (output, weights)."""
+def tuple_of(*names: str) -> Callable:
+    """outputs for a function that returns a tuple, one name per element, e.g. tuple_of("grad_query",
+    "grad_key", "grad_value")."""
 
     def outputs(result, text: str) -> dict:
-        if not isinstance(result, (tuple, list)) or len(result) != 2:
-            raise AssertionError(f"{text} returned {describe(result)}; expected a pair ({first}, {second})")
-        return {first: result[0], second: result[1]}
+        if not isinstance(result, (tuple, list)) or len(result) != len(names):
+            what = "a pair" if len(names) == 2 else f"a tuple of {len(names)}"
+            raise AssertionError(f"{text} returned {describe(result)}; expected {what} ({', '.join(names)})")
+        return dict(zip(names, result))
 
     return outputs
+
+
+def pair(first: str, second: str) -> Callable:
+    """outputs for a function that returns a pair, e.g. (output, weights)."""
+    return tuple_of(first, second)
 
 
 @dataclass(frozen=True)
@@ -167,6 +174,18 @@ class FunctionKata:
         judge_on_device(run, device, expected=expected, compare=compare)
 
     # ----------------------------------------------------------------------- conventions
+
+    def judging_inputs(self, kata, *args, symbol: str | None = None, sizes=None, **kwargs) -> None:
+        """The learner's call must leave every tensor argument as it was sent; the diagnosis
+        replays the call and the same check on each known slip (an in-place slip is named)."""
+
+        def check(implementation) -> dict:
+            call = self.call(implementation, *args, symbol=symbol, **kwargs)
+            self.assert_inputs_unchanged(call, args, kwargs, symbol=symbol)
+            return {}
+
+        with diagnosing(self.kata, check, dict(sizes or {})):
+            check(kata)
 
     def assert_inputs_unchanged(self, call: Call, args: tuple, kwargs: dict, *, symbol: str | None = None) -> None:
         """Inputs belong to the caller: every tensor argument must come back as it was sent."""
