@@ -27,8 +27,9 @@ from judge.history import record_check
 from judge.language import tr
 from judge.limits import DEFAULT, Limits
 from judge.paths import KATAS, ROOT
-from judge.reporting import table, write_json
-from judge.scheduling import Job, default_workers, grade_all, serve, time_all
+from judge.protocol import KataResult
+from judge.reporting import head, row, timing_head, timing_row, verdict_end, width_of, write_json
+from judge.scheduling import Job, default_workers, grade_all, serve, time_all, timing_server
 from judge.status_line import StatusLine
 from judge.stubs import StubError, refresh_stubs
 
@@ -119,7 +120,13 @@ def grade_command(argv: list[str]) -> int:
     paths = {name: args.impl_dir / f"{name}.py" for name in args.names}
     fork = use_fork(args.engine)
     jobs = [Job(name, path) for name, path in paths.items()]
+    shown = os.path.relpath(args.impl_dir, Path.cwd())
+    colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    width = width_of(list(paths))
+    timer = None if args.no_timing else timing_server(args.device, limits, fork)  # warms up meanwhile
     status = StatusLine(sys.stderr, len(jobs), enabled=sys.stderr.isatty())
+    rows = Rows(status, len(jobs), lambda result: row(result, width=width, colour=colour))
+    status.above("\n".join(head(impl=shown, seed=seed, width=width)))
     try:
         results = grade_all(
             jobs,
@@ -129,32 +136,59 @@ def grade_command(argv: list[str]) -> int:
             workers=min(args.jobs, len(jobs)),
             fork=fork,
             progress=status,
+            on_result=rows,
         )
-        if not args.no_timing:
+        advice = (
+            replay_line(results, seed, single=len(results) == 1),
+            next_step(results, own_katas=args.impl_dir.resolve() == KATAS.resolve()),
+        )
+        status.above("\n".join(verdict_end(results, advice)))  # the verdicts first: timing takes seconds
+        if args.json:  # first, so a reader gets the verdicts whatever happens next (rewritten with the timing)
+            write_json(args.json, results, seed)
+        if timer is not None and any(r.status == "pass" for r in results):
+            status.above(timing_head())
             try:
-                time_all(results, paths, device=args.device, limits=limits, fork=fork, progress=status)
+                time_all(
+                    results,
+                    paths,
+                    device=args.device,
+                    limits=limits,
+                    fork=fork,
+                    progress=status,
+                    on_timed=lambda result: status.above(timing_row(result, width=width)),
+                    server=timer,
+                )
             except OSError as error:  # timing is extra: the verdicts stand without it
-                for result in results:
-                    if result.status == "pass" and not result.timing:
-                        result.timing = {"error": f"timing failed: {error}"}
+                status.above(tr("timing failed: {error}", error=error))
+            timer = None
     finally:
         status.clear()
-    if args.json:  # first, so a reader gets the verdicts whatever happens to the terminal
+        if timer is not None:
+            timer.close()
+    if args.json:
         write_json(args.json, results, seed)
     try:  # a convenience: it never fails a grade
         record_check(results, args.impl_dir, seed, source="check" if args.kata else "grade")
     except OSError as error:
         print(tr("grader.py: note: the practice history was not updated ({error})", error=error), file=sys.stderr)
-    shown = os.path.relpath(args.impl_dir, Path.cwd())
-    colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-    advice = (
-        replay_line(results, seed, single=len(results) == 1),
-        next_step(results, own_katas=args.impl_dir.resolve() == KATAS.resolve()),
-    )
-    print(table(results, impl=shown, seed=seed, colour=colour, timing=not args.no_timing, advice=advice))
     if any(r.internal_error for r in results):
         return 2
     return 0 if all(r.status == "pass" for r in results) else 1
+
+
+class Rows:
+    """Prints each kata's row as soon as its verdict is known, in the katas' order."""
+
+    def __init__(self, status: StatusLine, total: int, render):
+        self.status, self.render = status, render
+        self.ready: dict[int, KataResult] = {}
+        self.next = 0
+
+    def __call__(self, index: int, result: KataResult) -> None:
+        self.ready[index] = result
+        while self.next in self.ready:
+            self.status.above(self.render(self.ready.pop(self.next)))
+            self.next += 1
 
 
 def stubs_command(argv: list[str]) -> int:

@@ -44,39 +44,100 @@ class ProcessEnd:
     per-test limit, when that is why it was killed. importing: the kata file whose import was
     running when the process was killed (its top-level code hung), else None. orphaned: the
     process that watched over the kata died first (the kata killed its parent), so how the
-    kata ended is unknown."""
+    kata ended is unknown. waited: of a process stopped at a limit, the seconds its processes
+    spent waiting for a CPU (a busy machine), which did not count against the limit."""
 
     returncode: int | None
     timed_out: bool = False
     overran: str | None = None
     importing: str | None = None
     orphaned: bool = False
+    waited: float = 0.0  # seconds its processes waited for a CPU, which did not count against the limit
+
+
+# Past its limit, a test (or a whole run) goes on while the time beyond was spent waiting for a
+# CPU (a busy machine), up to this many times the limit in wall-clock time.
+HARD_FACTOR = 20.0
+
+
+def scheduler_seconds(pids: list[int]) -> tuple[float, float]:
+    """(CPU seconds used, seconds spent runnable but waiting for a CPU) by the threads of these
+    processes, from /proc/<pid>/task/<tid>/schedstat; zeros where the kernel does not say."""
+    used = waited = 0
+    for pid in pids:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as stat:
+                    fields = stat.read().split()
+                used, waited = used + int(fields[0]), waited + int(fields[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    return used / 1e9, waited / 1e9
+
+
+class Clock:
+    """The time that counts against a limit: the CPU time the kata's processes used, or the
+    wall-clock time less the time they spent waiting for a CPU, whichever is more. So a
+    sleeping or looping kata is stopped on time, one whose threads compete for the cores is
+    stopped by its CPU time, and a correct kata is never stopped because the machine is busy
+    (short of HARD_FACTOR times the limit)."""
+
+    def __init__(self, now: float, pids: list[int]):
+        self.start, self.pids = now, pids
+        self.used_before, self.waited_before = scheduler_seconds(pids)
+
+    def over(self, now: float, limit: float, extra_wait: float = 0.0) -> bool:
+        elapsed = now - self.start
+        if elapsed <= limit:  # /proc is read only past the limit
+            return False
+        if elapsed > HARD_FACTOR * limit:
+            return True
+        used, waited = self.spent()
+        return max(used, elapsed - waited - extra_wait) > limit
+
+    def spent(self) -> tuple[float, float]:
+        """(CPU seconds used, seconds waited for a CPU) since the clock started."""
+        used, waited = scheduler_seconds(self.pids)
+        return max(0.0, used - self.used_before), max(0.0, waited - self.waited_before)
+
+    def waited(self) -> float:
+        return self.spent()[1]
 
 
 def supervise(
     watcher: int, kata: int, report: int, *, time_limit: float, test_timeout: float | None, events: Path | None
 ) -> ProcessEnd:
     """Wait for the watcher `watcher` (our child) to report how the kata process `kata` ended,
-    under the limits; past them, kill the kata's group and let the watcher clear the rest."""
-    deadline = time.monotonic() + time_limit
+    under the limits (see Clock); past them, kill the kata's group and let the watcher clear the rest."""
+    run = Clock(time.monotonic(), [])  # the whole run: extended by the tests' waits
+    waited_in_tests = 0.0  # CPU waits of the tests that ended
     tail = EventTail(events) if events is not None and test_timeout else None
-    running: tuple[str, float] | None = None  # (nodeid, when the grader saw it begin)
+    running: tuple[str, Clock] | None = None  # the test now running, and its clock
     importing: str | None = None
-    timed_out, overran, pause = False, None, 0.002
+    timed_out, overran, pause, waited = False, None, 0.002, 0.0
     try:
         while not select.select([report], [], [], pause)[0]:
             now = time.monotonic()
-            if now > deadline:
-                timed_out = True
-                break
+            if now - run.start > time_limit:  # the waits are read only past the limit
+                waits = waited_in_tests + (running[1].waited() if running else 0.0)
+                if run.over(now, time_limit, waits):
+                    timed_out, waited = True, waits
+                    break
             if tail is not None:
                 for event in tail.new_events():
                     if isinstance(event, Begin):
-                        running, importing = (event.nodeid, now), event.importing
+                        if running is not None and running[0] != event.nodeid:
+                            waited_in_tests += running[1].waited()
+                        running, importing = (event.nodeid, Clock(now, event.pids or [kata])), event.importing
                     elif isinstance(event, TestReport) and running and running[0] == event.nodeid:
+                        waited_in_tests += running[1].waited()
                         running = None
-                if running and now - running[1] > test_timeout:
-                    overran = running[0]
+                if running and running[1].over(now, test_timeout):
+                    overran, waited = running[0], running[1].waited()
                     break
             pause = min(pause * 1.5, 0.02)
         killed = timed_out or overran is not None
@@ -89,7 +150,7 @@ def supervise(
         os.close(report)
         os.waitpid(watcher, 0)
     if killed:
-        return ProcessEnd(None, timed_out, overran, importing)
+        return ProcessEnd(None, timed_out, overran, importing, waited=waited)
     if status is None:
         return ProcessEnd(None, orphaned=True)
     return ProcessEnd(os.waitstatus_to_exitcode(status))

@@ -178,11 +178,12 @@ def kata(request):
     writer = request.config.pluginmanager.get_plugin("kata-results")
     process = KataProcess(request.config.kata_zygote, mirror_death=writer is not None)
     if writer is not None:  # the grader's clock: a hang here is the file's top-level code
-        writer.events.write(Begin(nodeid=writer.running, importing=path.name))
+        writer.working = [os.getpid(), request.config.kata_zygote.pid, process.pid]
+        writer.events.write(Begin(nodeid=writer.running, importing=path.name, pids=writer.working))
     tests = (request.module.__name__, list(sys.path))
     kata = process.load(str(path), spec.kata, spec.guarded_symbols, str(request.module.__file__), tests)
     if writer is not None:
-        writer.events.write(Begin(nodeid=writer.running))
+        writer.events.write(Begin(nodeid=writer.running, pids=writer.working))
     request.config.kata_loaded = (key, kata)
     return kata
 
@@ -297,6 +298,7 @@ class ResultWriter:
         self.tiers: dict[str, str] = {}
         self.outcomes: dict[str, dict] = {}
         self.running = ""  # the nodeid of the test now running
+        self.working = [os.getpid()]  # the processes at work on it: this one, its fork server, the kata's
         self.events.write(Start(seed=config.kata_seed, pid=os.getpid()))
 
     def pytest_collection_finish(self, session):
@@ -307,7 +309,7 @@ class ResultWriter:
 
     def pytest_runtest_logstart(self, nodeid, location):
         self.running = nodeid  # the test whose setup may import the kata (see the kata fixture)
-        self.events.write(Begin(nodeid=nodeid))
+        self.events.write(Begin(nodeid=nodeid, pids=self.working))
 
     def pytest_runtest_logreport(self, report):
         outcome = self.outcomes.setdefault(report.nodeid, {"outcome": Outcome.PASSED})

@@ -120,6 +120,7 @@ class Begin(Event):
     tag: ClassVar[str] = "begin"
     nodeid: str
     importing: str | None = None
+    pids: list[int] = field(default_factory=list)  # the processes working on it (judge, fork server, kata)
 
 
 @dataclass

@@ -105,22 +105,20 @@ def details(r: KataResult) -> list[str]:
     return lines
 
 
-def table(
-    results: list[KataResult], *, impl: str, seed: int, colour: bool, timing: bool, advice: tuple[str | None, ...] = ()
-) -> str:
-    """The grader's table; `advice`: closing lines (how to replay, what to do next), None for none."""
-    width = max([len(r.name) for r in results] + [4])
-    lines = [tr("Grading {impl} (seed {seed})", impl=impl, seed=seed), ""]
-    lines.append(
-        f"{'kata':<{width}}  {'status':<9} {'score':>5}  {'tests':>7}  "
-        + ("time vs PyTorch (kata / reference)" if timing else "")
-    )
-    for r in results:
-        status = paint(f"{r.status:<9}", r.status, colour)
-        lines.append(
-            f"{r.name:<{width}}  {status} {r.score:>5.0%}  {r.passed:>3}/{r.total:<3}  {format_timing(r.timing)}".rstrip()
-        )
-    lines.append("")
+def head(*, impl: str, seed: int, width: int) -> list[str]:
+    """The lines above the verdicts: what is graded, and the columns."""
+    return [tr("Grading {impl} (seed {seed})", impl=impl, seed=seed), "", f"{'kata':<{width}}  {'status':<9} {'score':>5}  {'tests':>7}"]
+
+
+def row(r: KataResult, *, width: int, colour: bool) -> str:
+    """A kata's verdict on one line, as soon as it is known."""
+    status = paint(f"{r.status:<9}", r.status, colour)
+    return f"{r.name:<{width}}  {status} {r.score:>5.0%}  {r.passed:>3}/{r.total:<3}".rstrip()
+
+
+def verdict_end(results: list[KataResult], advice: tuple[str | None, ...] = ()) -> list[str]:
+    """Below the rows: why each kata did not pass, what was not judged, the score, what next."""
+    lines = [""]
     for r in results:
         lines += details(r)
     lines += unjudged_lines(results)
@@ -133,7 +131,32 @@ def table(
             total=len(results),
         )
     )
-    lines += [line for line in advice if line]
+    return lines + [line for line in advice if line]
+
+
+def timing_head() -> str:
+    return "\n" + tr("Time vs PyTorch (kata / reference), the passing katas, timed one at a time:")
+
+
+def timing_row(r: KataResult, *, width: int) -> str:
+    return f"{r.name:<{width}}  {format_timing(r.timing)}".rstrip()
+
+
+def width_of(names: list[str]) -> int:
+    return max([len(name) for name in names] + [4])
+
+
+def table(
+    results: list[KataResult], *, impl: str, seed: int, colour: bool, timing: bool, advice: tuple[str | None, ...] = ()
+) -> str:
+    """The grader's whole report at once (the grader prints it piece by piece as it goes):
+    `advice`: closing lines (how to replay, what to do next), None for none."""
+    width = width_of([r.name for r in results])
+    lines = head(impl=impl, seed=seed, width=width) + [row(r, width=width, colour=colour) for r in results]
+    lines += verdict_end(results, advice)
+    timed = [r for r in results if r.timing]
+    if timing and timed:
+        lines += [timing_head()] + [timing_row(r, width=width) for r in timed]
     return "\n".join(lines)
 
 

@@ -139,15 +139,28 @@ def grade_all(
     workers: int,
     fork: bool,
     progress: Callable[[str, str], None] | None = None,
+    on_result: Callable[[int, KataResult], None] | None = None,
 ) -> list[KataResult]:
     """Grade the jobs, `workers` at a time, results in the jobs' order. progress(event, name) is
-    told "start" and "done" for each kata, from the worker threads (one at a time)."""
+    told "start" and "done" for each kata, and on_result(index, result) each verdict as soon as
+    it is known, from the worker threads (one at a time)."""
     with tempfile.TemporaryDirectory(prefix="katas-snapshot-") as snapshot:
         copies = [_snapshot(job, Path(snapshot) / str(index)) for index, job in enumerate(jobs)]
+
+        def shown(index: int, result: KataResult) -> KataResult:
+            return shown_as(result, copies[index].path, jobs[index].path)
+
         results = _grade_copies(
-            copies, seed=seed, device=device, limits=limits, workers=workers, fork=fork, progress=progress
+            copies,
+            seed=seed,
+            device=device,
+            limits=limits,
+            workers=workers,
+            fork=fork,
+            progress=progress,
+            on_result=None if on_result is None else (lambda index, result: on_result(index, shown(index, result))),
         )
-    return [shown_as(result, copy.path, job.path) for result, copy, job in zip(results, copies, jobs)]
+    return [shown(index, result) for index, result in enumerate(results)]
 
 
 def _snapshot(job: Job, folder: Path) -> Job:
@@ -179,8 +192,10 @@ def _grade_copies(
     workers: int,
     fork: bool,
     progress: Callable[[str, str], None] | None,
+    on_result: Callable[[int, KataResult], None] | None = None,
 ) -> list[KataResult]:
     tell = _serialised(progress)
+    lock_results = threading.Lock()
     threads = 1 if workers > 1 else None  # parallel processes: one thread each, no oversubscription
     pending = list(enumerate(jobs))
     results: dict[int, KataResult] = {}
@@ -214,6 +229,9 @@ def _grade_copies(
                 tell("start", job.name)
                 results[index] = grade_one(job)
                 tell("done", job.name)
+                if on_result is not None:
+                    with lock_results:
+                        on_result(index, results[index])
         finally:
             if server is not None:
                 server.close()
@@ -232,10 +250,14 @@ def time_all(
     limits: Limits,
     fork: bool,
     progress: Callable[[str, str], None] | None = None,
+    on_timed: Callable[[KataResult], None] | None = None,
+    server: Server | None = None,
 ) -> None:
-    """Time each passing kata against its reference, one at a time, each in a process of its own.
-    progress(event, name) is told "timing" as each one starts."""
-    server = _start(device, limits, None) if fork else None
+    """Time each passing kata against its reference, one at a time, each in a process of its own,
+    by `server` (a fork server started beforehand, so it warms up while the katas are graded)
+    or a new one. progress(event, name) is told "timing" as each one starts, on_timed(result)
+    as it ends."""
+    server = server or (_start(device, limits, None) if fork else None)
     fresh = ProcessEngine(device=device, limits=limits)
     try:
         for result in results:
@@ -243,17 +265,25 @@ def time_all(
                 continue
             if progress is not None:
                 progress("timing", result.name)
-            if server is not None:
-                try:
-                    server.time(result, paths[result.name])
-                    continue
-                except (ServerGone, ValueError, KeyError, TypeError):
+            try:
+                if server is None:
+                    raise ServerGone("no fork server")
+                server.time(result, paths[result.name])
+            except (ServerGone, ValueError, KeyError, TypeError):
+                if server is not None:
                     server.close()
-                    server = None
-            fresh.time(result, paths[result.name])
+                server = None
+                fresh.time(result, paths[result.name])
+            if on_timed is not None:
+                on_timed(result)
     finally:
         if server is not None:
             server.close()
+
+
+def timing_server(device: str, limits: Limits, fork: bool) -> Server | None:
+    """A fork server for time_all, started now: it imports torch while the katas are graded."""
+    return _start(device, limits, None) if fork else None
 
 
 def _serialised(progress: Callable[[str, str], None] | None) -> Callable[[str, str], None]:

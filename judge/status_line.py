@@ -4,6 +4,7 @@ the stream is not a terminal, so logs and pipes get the table alone."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import TextIO
@@ -54,6 +55,14 @@ class StatusLine:
                 line = tr("{text} {seconds:.0f} s", text=self.text, seconds=time.monotonic() - self.started)
                 self.stream.write("\r\033[K" + line[:110])
                 self.stream.flush()
+
+    def above(self, text: str, out: TextIO | None = None) -> None:
+        """Print `text` (to stdout) above the status line, which is drawn again at its next tick."""
+        with self.lock:
+            if self.enabled and not self.stopped.is_set():
+                self.stream.write("\r\033[K")
+                self.stream.flush()
+            print(text, file=out or sys.stdout, flush=True)
 
     def clear(self) -> None:
         self.stopped.set()

@@ -23,6 +23,10 @@ ZH: dict[str, str] = {
         "本机无法评判，不计入总数：{where} 中的 {count} 个用例：{reason}。"
     ),
     "also: {name}: {message}": "另外：{name}: {message}",
+    "Time vs PyTorch (kata / reference), the passing katas, timed one at a time:": (
+        "与 PyTorch 对比的用时（题目 / 参考实现），通过的题目逐个计时："
+    ),
+    "timing failed: {error}": "计时失败：{error}",
     "... and {count} more": "……还有 {count} 个",
     # judge/advice.py: what to type next
     "Replay these exact hidden shapes: {command}": "重现这组隐藏形状：{command}",
@@ -189,8 +193,11 @@ ZH: dict[str, str] = {
     "at the top level of the file, outside any function?": (
         "导入 {file} 未能在{limit}内完成：文件顶层（任何函数之外）有死循环（或耗时很长的计算）？"
     ),
-    "stopped after {seconds:g} s of wall-clock time{during}: an endless loop, or far too slow?": (
+    "stopped after {seconds:g} s{during}: an endless loop, or far too slow?": (
         "运行 {seconds:g} 秒后被终止{during}：死循环，还是太慢了？"
+    ),
+    " (the machine was busy: {seconds:.0f} s more spent waiting for a CPU did not count)": (
+        "（机器繁忙：另有 {seconds:.0f} 秒在等待 CPU，不计入时限）"
     ),
     "'{where}' ran past the per-test limit of {seconds:g} s: an endless loop, or far too slow?": (
         "「{where}」超过了单个测试 {seconds:g} 秒的时限：死循环，还是太慢了？"

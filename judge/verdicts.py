@@ -98,14 +98,20 @@ def classify(name: str, events: list[Event], end: ProcessEnd, tail: str, limits:
                 limit=limit,
             ),
         )
+    busy = (
+        tr(" (the machine was busy: {seconds:.0f} s more spent waiting for a CPU did not count)", seconds=end.waited)
+        if end.waited >= 1
+        else ""
+    )
     if end.timed_out:
         return result(
             Status.TIMEOUT,
             tr(
-                "stopped after {seconds:g} s of wall-clock time{during}: an endless loop, or far too slow?",
+                "stopped after {seconds:g} s{during}: an endless loop, or far too slow?",
                 seconds=limits.time_limit,
                 during=during,
-            ),
+            )
+            + busy,
         )
     if end.overran is not None:
         where = tests.get(end.overran, end.overran)
@@ -115,7 +121,8 @@ def classify(name: str, events: list[Event], end: ProcessEnd, tail: str, limits:
                 "'{where}' ran past the per-test limit of {seconds:g} s: an endless loop, or far too slow?",
                 where=where,
                 seconds=limits.test_timeout,
-            ),
+            )
+            + busy,
         )
     if end.orphaned or end.returncode == ATTACKED:
         return result(

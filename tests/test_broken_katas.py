@@ -4,6 +4,8 @@ verdict it must get, by both engines, while the grader goes on to grade the rest
 tests/broken/<kata>/<name>.py; each file's docstring says what it does. The comments
 below name the hole of the engine issue a file proves closed."""
 
+import re
+
 import pytest
 
 from judge.limits import Limits
@@ -22,6 +24,7 @@ EXPECTED = {  # tests/broken/<kata>/<file> -> (status, words its message must co
     "causal_mask/exits_interpreter": ("crash", "exit code 3"),
     "causal_mask/segfault": ("crash", "SIGSEGV"),
     "causal_mask/reaches_memory_with_ctypes": ("forbidden", "uses ctypes"),  # issue 26: no raw memory
+    "causal_mask/slow_but_correct": ("pass", "tests passed"),  # issue 20: see tests/test_grader.py
     "causal_mask/paints_the_terminal": ("fail", "\\x1b[2J\\x1b[H\\x1b[32m"),  # issue 26: escapes shown as text
     "causal_mask/calls_sys_exit": ("fail", "SystemExit"),
     "causal_mask/floods_output": ("pass", "tests passed"),  # issue 15: a print is shown, never counted
@@ -178,12 +181,17 @@ def test_broken_kata_gets_the_right_verdict(name, verdicts):
 @pytest.mark.parametrize("name", BOTH_ENGINES)
 def test_the_process_engine_gives_the_same_verdict(name, verdicts, process_verdicts):
     fork, process = verdicts[name], process_verdicts[name]
-    assert (process.status, process.passed, process.total, process.message) == (
+    assert (process.status, process.passed, process.total, without_load(process.message)) == (
         fork.status,
         fork.passed,
         fork.total,
-        fork.message,
+        without_load(fork.message),
     ), f"{name}: fork engine {fork.status} ({fork.message}); process engine {process.status} ({process.message})"
+
+
+def without_load(message: str) -> str:
+    """A message without what depends on the machine's load at the time (the CPU waits of a timeout)."""
+    return re.sub(r" \(the machine was busy: .*? did not count\)", "", message)
 
 
 @pytest.mark.timeout(300)

@@ -13,7 +13,7 @@ from judge.engines import ProcessEngine
 from judge.limits import Limits
 from judge.paths import ROOT, spec_module
 from judge.protocol import KataResult, Status
-from judge.scheduling import time_all
+from judge.scheduling import Job, grade_all, time_all
 from judge.stubs import make_stub
 from judge.testing.spec import tolerance_table
 
@@ -30,7 +30,43 @@ def run_grader(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 def test_a_kata_past_its_wall_clock_limit_is_killed_and_reported():
     engine = ProcessEngine(device="cpu", limits=Limits(time_limit=6, test_timeout=60))
     verdict = engine.grade("causal_mask", BROKEN / "causal_mask" / "endless_loop.py", 1)
-    assert verdict.status == "timeout" and "wall-clock" in verdict.message, verdict
+    assert verdict.status == "timeout" and "stopped after 6 s" in verdict.message, verdict
+
+
+def test_a_limit_counts_cpu_time_or_wall_clock_time_less_the_waits_for_a_cpu(monkeypatch):
+    from judge import isolation
+
+    readings = iter([(0.0, 0.0), (1.0, 4.0), (1.0, 4.0), (1.2, 9.0), (3.5, 4.0)])  # (CPU used, waited) from /proc
+    monkeypatch.setattr(isolation, "scheduler_seconds", lambda pids: next(readings))
+    clock = isolation.Clock(100.0, [1])  # reads (0, 0)
+    assert not clock.over(102.0, 3.0)  # within the limit: /proc is not read
+    assert not clock.over(106.0, 3.0)  # 6 s of wall-clock time, 4 of them waiting: 2 count
+    assert clock.over(107.5, 3.0)  # 7.5 s, 4 waiting: 3.5 count
+    assert not clock.over(110.0, 3.0)  # 10 s, 9 waiting: 1 counts, and 1.2 s of CPU
+    assert clock.over(104.0, 3.0)  # 3.5 s of CPU in 4 s (threads in parallel): over, whatever the waits
+    assert clock.over(100.0 + 3.0 * isolation.HARD_FACTOR + 1, 3.0)  # past the last resort
+
+
+@pytest.mark.timeout(300)
+def test_a_busy_machine_never_times_out_a_correct_kata():
+    """causal_mask/slow_but_correct burns 0.6 s of CPU in its first test: within a 1.2 s limit on an
+    idle machine, past it in wall-clock time with four CPU hogs on the cores. The time its
+    processes waited for a CPU does not count, so it passes."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(4)]
+    try:
+        [verdict] = grade_all(
+            [Job("causal_mask", BROKEN / "causal_mask" / "slow_but_correct.py")],
+            seed=1,
+            device="cpu",
+            limits=Limits(time_limit=60, test_timeout=1.2),
+            workers=1,
+            fork=True,
+        )
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert verdict.status == "pass", verdict.message
 
 
 @pytest.mark.timeout(300)

@@ -84,6 +84,8 @@ def copied(value):
             return value.detach().clone()  # an expanded tensor: its copy cannot share elements
         empty = torch.empty_strided(value.size(), value.stride(), dtype=value.dtype, device=value.device)
         return empty if value.is_meta else empty.copy_(value.detach())
+    if isinstance(value, torch.Size):  # a tuple, as the wire carries it
+        return value
     if isinstance(value, tuple):
         return tuple(copied(v) for v in value)
     if isinstance(value, list):
