@@ -30,6 +30,7 @@ from judge.failures import error_kind, failure_text
 from judge.isolation import keep_to_myself
 from judge.language import tr
 from judge.loading import load_kata, restore_torch_state, torch_state
+from judge.paths import SOLUTIONS
 from judge.protocol import Begin, Collected, ErrorKind, EventWriter, Finish, Outcome, Start, TestReport, Timing
 from judge.remote.client import KataProcess, RemoteKata
 from judge.remote.zygote import Zygote
@@ -86,11 +87,8 @@ def pytest_configure(config):
     # Kata processes are forked from here, before this process runs any tensor operation,
     # with the real stderr (the log; pytest captures this process's) for their crash reports,
     # and warm: what a kata's first call imports (two seconds of sympy and dynamo) is here.
-    if config.getoption("kata_timing"):
-        config.kata_zygote = None
-    else:
-        warm_up()
-        config.kata_zygote = Zygote(stderr=real_stderr(config))
+    warm_up()
+    config.kata_zygote = Zygote(stderr=real_stderr(config))
     seed = config.getoption("seed")
     config.kata_seed = random.SystemRandom().randrange(1_000_000) if seed is None else seed
     results = config.getoption("results")
@@ -364,16 +362,22 @@ def pytest_runtestloop(session):
     writer = config.pluginmanager.get_plugin("kata-results")
     if spec is None or spec.benchmark is None or writer is None:
         raise pytest.UsageError("--kata-timing needs --results and one kata's test module with a benchmark")
-    module = load_kata(impl_path(config, spec.kata), *spec.guarded_symbols)
+    process = KataProcess(config.kata_zygote, mirror_death=True)
+    item = session.items[0]
+    tests = (item.module.__name__, list(sys.path))
+    kata = process.load(str(impl_path(config, spec.kata)), spec.kata, spec.guarded_symbols, str(item.module.__file__), tests)
+    reference = load_kata(SOLUTIONS / f"{spec.kata}.py", *spec.guarded_symbols)  # trusted: the reference's side
     restore_torch_state(config.torch_baseline, when=f"importing {spec.kata}")
     choice = config.getoption("device")
     devices = ["cuda"] if choice == "cuda" else ["cpu"] + (["cuda"] if choice == "auto" and cuda_usable(config) else [])
     timing = measure(
         spec.benchmark,
-        module,
+        kata,
+        reference,
         devices,
         rounds=config.getoption("timing_rounds"),
         threads=config.getoption("timing_threads"),
     )
+    process.close()
     writer.events.write(Timing(timing=timing))
     return True

@@ -1,7 +1,8 @@
 """Timing a passing kata next to its PyTorch reference.
 
-In the kata process (judge.plugin's timing mode), `measure` runs the spec's benchmark:
-the kata and the reference on the same inputs, in interleaved rounds of
+In the timing process (judge.plugin's timing mode), `measure` runs the spec's benchmark:
+the kata in its kata process (sandboxed, what it forbids removed, as when it is graded) and
+the reference in the timing process, on the same inputs, in interleaved rounds of
 torch.utils.benchmark's blocked_autorange, the ratio taken within each round (this
 machine's slow spells last longer than a round, so they hit both halves of a pair alike);
 it reports the median per-round ratio. On the grader's side, `time_results` times each
@@ -12,6 +13,7 @@ another's figures and no two timings compete for the cores.
 from __future__ import annotations
 
 from judge.language import tr
+from judge.testing.scenarios import scenario
 
 MIN_RUN_TIME = 0.02  # seconds per blocked_autorange measurement
 # One CPU thread for both sides: with two or more, every separate op of eager code pays a
@@ -33,30 +35,60 @@ def _quartiles(values: list[float]) -> tuple[float, float]:
     return ordered[len(ordered) // 4], ordered[(3 * len(ordered)) // 4]
 
 
-def measure(benchmark, kata_module, devices: list[str], *, rounds: int, threads: int = TIMING_THREADS) -> dict:
+def _median(fn, threads: int) -> float:
+    from torch.utils import benchmark as torch_benchmark
+
+    timer = torch_benchmark.Timer("fn()", globals={"fn": fn}, num_threads=threads)
+    return timer.blocked_autorange(min_run_time=MIN_RUN_TIME).median
+
+
+_KATA_SIDE: dict = {}  # in the kata process: (benchmark, device) -> (the kata's call, its notes)
+
+
+@scenario
+def kata_side(kata, benchmark, device: str, threads: int, notes: bool = False) -> dict:
+    """In the kata process, sandboxed and with what the kata forbids removed: the median time
+    of the kata's call in the spec's benchmark (built, and warmed up, on the first round), and
+    the benchmark's notes when asked. The kata's word, as every figure it reports is."""
+    import torch
+
+    key = (benchmark.__module__, benchmark.__qualname__, device)
+    if key not in _KATA_SIDE:
+        kata_fn, _, *extra = benchmark(kata, device)
+        with torch.no_grad():
+            kata_fn()
+        _KATA_SIDE[key] = (kata_fn, extra[0] if extra else None)
+    kata_fn, notes_fn = _KATA_SIDE[key]
+    torch.set_num_threads(threads)
+    with torch.no_grad():
+        median = _median(kata_fn, threads)
+        if device == "cuda":
+            torch.cuda.synchronize()
+    return {"median": median, "notes": notes_fn() if notes and notes_fn else None}
+
+
+def measure(benchmark, kata, reference, devices: list[str], *, rounds: int, threads: int = TIMING_THREADS) -> dict:
     """{device: {median_s, reference_median_s, ratio, ratio_low, ratio_high, spread, reliable,
     threads[, notes]}} for the kata against its reference: ratio is the median per-round ratio,
-    ratio_low/high its quartiles. A benchmark may return a third callable, giving {label: text}
-    to report beside the times (a peak memory next to a naive implementation's, say)."""
+    ratio_low/high its quartiles. The kata's side runs where `kata` lives (the kata process:
+    kata_side), the reference's here, from the benchmark built with `reference` (the solution:
+    the benchmark makes both calls, and this side uses the reference's), in alternating rounds
+    at the same thread count. A benchmark may return a third callable, giving {label: text} to
+    report beside the times (a peak memory next to a naive implementation's, say)."""
     import torch
-    from torch.utils import benchmark as torch_benchmark
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-
-        def median(fn) -> float:
-            timer = torch_benchmark.Timer("fn()", globals={"fn": fn}, num_threads=threads)
-            return timer.blocked_autorange(min_run_time=MIN_RUN_TIME).median
-
         timing = {}
         for device in devices:
-            kata_fn, reference_fn, *extra = benchmark(kata_module, device)
+            _, reference_fn, *extra = benchmark(reference, device)
             with torch.no_grad():
-                kata_fn(), reference_fn()  # warm-up: lazy initialisation and caches
-                if device == "cuda":
-                    torch.cuda.synchronize()
-                pairs = [(median(kata_fn), median(reference_fn)) for _ in range(rounds)]
+                reference_fn()  # warm-up: lazy initialisation and caches
+                pairs = []
+                for _ in range(rounds):
+                    kata_median = kata_side(kata, benchmark, device, threads)["median"]
+                    pairs.append((kata_median, _median(reference_fn, threads)))
             ratios = [k / r for k, r in pairs]
             low, high = _quartiles(ratios)
             spread = high / low - 1
@@ -71,7 +103,8 @@ def measure(benchmark, kata_module, devices: list[str], *, rounds: int, threads:
                 "threads": threads if device == "cpu" else None,
             }
             if extra:
-                timing[device]["notes"] = {str(k): str(v) for k, v in extra[0]().items()}
+                notes = kata_side(kata, benchmark, device, threads, notes=True)["notes"] or {}
+                timing[device]["notes"] = {str(k): str(v) for k, v in notes.items()}
         return timing
     finally:
         torch.set_num_threads(before)

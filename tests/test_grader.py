@@ -3,6 +3,7 @@ the others, and the README's kata table."""
 
 import importlib
 import json
+import os
 import subprocess
 import sys
 
@@ -20,9 +21,14 @@ from judge.testing.spec import tolerance_table
 BROKEN = ROOT / "tests" / "broken"
 
 
-def run_grader(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def run_grader(*args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(ROOT / "grader.py"), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+        [sys.executable, str(ROOT / "grader.py"), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
@@ -94,7 +100,8 @@ def test_json_report_and_exit_status_for_solutions(tmp_path):
 @pytest.mark.parametrize("broken", ["segfault", "kills_its_parent", "kills_the_fork_server"])
 def test_one_broken_kata_does_not_stop_the_others(tmp_path, broken):
     """Whatever the kata does to its own process or to the processes above it, the grade goes
-    on and the JSON report is written."""
+    on and the JSON report is written. (The sandbox refuses a kata's signals to other
+    processes: it is off here, to prove the walls behind it.)"""
     impl = tmp_path / "attempt"
     impl.mkdir()
     (impl / "causal_mask.py").write_text((BROKEN / "causal_mask" / f"{broken}.py").read_text())
@@ -112,6 +119,7 @@ def test_one_broken_kata_does_not_stop_the_others(tmp_path, broken):
         str(out),
         "--device",
         "cpu",
+        env={"KATAS_SANDBOX": "off"},
     )
     assert run.returncode == 1, run.stdout + run.stderr
     statuses = {k["name"]: k["status"] for k in json.loads(out.read_text())["katas"]}

@@ -235,7 +235,7 @@ def judge_on_device(run, device: str, *, expected, compare) -> None:
             run("cpu", lambda text, got: None)
         except Exception:  # noqa: BLE001 - it fails on the CPU too: the kata's own failure
             raise error from None
-        raise Inconclusive(META_ONLY) from None
+        raise Inconclusive(NO_GPU if reads_values else META_ONLY) from None
 
 
 def call_on_device(fn, device):

@@ -146,7 +146,11 @@ class FunctionKata:
         """The call, run where `implementation` lives, on copies of the arguments."""
         symbol = symbol or self.spec.symbol
         text = self.text(symbol, args, kwargs)
-        got = called(implementation, symbol, args, kwargs)
+        try:
+            got = called(implementation, symbol, args, kwargs)
+        except Exception as error:
+            named_call(error, text)
+            raise
         return Call(text, self.outputs_of(symbol)(got["result"], text), got["args"], got["kwargs"], got["result"])
 
     def replay(self, *args, symbol: str | None = None, **kwargs) -> Callable[[object], dict]:
@@ -241,6 +245,17 @@ class FunctionKata:
 
         with diagnosing(self.kata, replay, dict(sizes or {})):
             yield self.gradients(kata, *args, **options, **kwargs)
+
+
+def named_call(error: BaseException, text: str) -> None:
+    """An error the kata raised (or a call that did not bind) names the call that raised it:
+    the learner reads the kata process's text, which knows nothing of the call."""
+    from judge.protocol import ErrorKind
+
+    kind, name, message = getattr(error, "kata_error", (None, "", ""))
+    if kind in (ErrorKind.RAISED, ErrorKind.SIGNATURE) and not getattr(error, "call_named", False):
+        error.kata_error = (kind, name, f"{text}: {message}")
+        error.call_named = True
 
 
 def assert_inputs_unchanged(text: str, sent: dict, came: dict) -> None:
