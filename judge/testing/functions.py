@@ -99,15 +99,22 @@ def named(what: str) -> Callable:
     return lambda result, text: {what: result}
 
 
-def pair(first: str, second: str) -> Callable:
-    """outputs for a function that returns a pair, e.g. (output, weights)."""
+def tuple_of(*names: str) -> Callable:
+    """outputs for a function that returns a tuple, one name per element, e.g. tuple_of("grad_query",
+    "grad_key", "grad_value")."""
 
     def outputs(result, text: str) -> dict:
-        if not isinstance(result, (tuple, list)) or len(result) != 2:
-            raise AssertionError(f"{text} returned {describe(result)}; expected a pair ({first}, {second})")
-        return {first: result[0], second: result[1]}
+        if not isinstance(result, (tuple, list)) or len(result) != len(names):
+            what = "a pair" if len(names) == 2 else f"a tuple of {len(names)}"
+            raise AssertionError(f"{text} returned {describe(result)}; expected {what} ({', '.join(names)})")
+        return dict(zip(names, result))
 
     return outputs
+
+
+def pair(first: str, second: str) -> Callable:
+    """outputs for a function that returns a pair, e.g. (output, weights)."""
+    return tuple_of(first, second)
 
 
 @dataclass(frozen=True)
@@ -139,7 +146,11 @@ class FunctionKata:
         """The call, run where `implementation` lives, on copies of the arguments."""
         symbol = symbol or self.spec.symbol
         text = self.text(symbol, args, kwargs)
-        got = called(implementation, symbol, args, kwargs)
+        try:
+            got = called(implementation, symbol, args, kwargs)
+        except Exception as error:
+            named_call(error, text)
+            raise
         return Call(text, self.outputs_of(symbol)(got["result"], text), got["args"], got["kwargs"], got["result"])
 
     def replay(self, *args, symbol: str | None = None, **kwargs) -> Callable[[object], dict]:
@@ -167,6 +178,18 @@ class FunctionKata:
         judge_on_device(run, device, expected=expected, compare=compare)
 
     # ----------------------------------------------------------------------- conventions
+
+    def judging_inputs(self, kata, *args, symbol: str | None = None, sizes=None, **kwargs) -> None:
+        """The learner's call must leave every tensor argument as it was sent; the diagnosis
+        replays the call and the same check on each known slip (an in-place slip is named)."""
+
+        def check(implementation) -> dict:
+            call = self.call(implementation, *args, symbol=symbol, **kwargs)
+            self.assert_inputs_unchanged(call, args, kwargs, symbol=symbol)
+            return {}
+
+        with diagnosing(self.kata, check, dict(sizes or {})):
+            check(kata)
 
     def assert_inputs_unchanged(self, call: Call, args: tuple, kwargs: dict, *, symbol: str | None = None) -> None:
         """Inputs belong to the caller: every tensor argument must come back as it was sent."""
@@ -222,6 +245,17 @@ class FunctionKata:
 
         with diagnosing(self.kata, replay, dict(sizes or {})):
             yield self.gradients(kata, *args, **options, **kwargs)
+
+
+def named_call(error: BaseException, text: str) -> None:
+    """An error the kata raised (or a call that did not bind) names the call that raised it:
+    the learner reads the kata process's text, which knows nothing of the call."""
+    from judge.protocol import ErrorKind
+
+    kind, name, message = getattr(error, "kata_error", (None, "", ""))
+    if kind in (ErrorKind.RAISED, ErrorKind.SIGNATURE) and not getattr(error, "call_named", False):
+        error.kata_error = (kind, name, f"{text}: {message}")
+        error.call_named = True
 
 
 def assert_inputs_unchanged(text: str, sent: dict, came: dict) -> None:

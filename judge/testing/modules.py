@@ -32,7 +32,7 @@ from judge.testing.checks import (
     judge_on_device,
 )
 from judge.testing.diagnosis import diagnosing
-from judge.testing.functions import assert_inputs_unchanged, raises
+from judge.testing.functions import assert_inputs_unchanged, named_call, raises
 from judge.testing.inputs import causal_blocked, randn
 from judge.testing.scenarios import scenario
 from judge.testing.spec import CaseTable, core_dtype, edge
@@ -464,7 +464,11 @@ def run(mk: ModuleKata, implementation, built: Built, inputs: dict, kwargs: dict
     """One forward where `implementation` lives: (how the call looked, the outputs {what:
     value}, the tensor arguments as the call left them {name: value})."""
     text = call_repr(built.name, *inputs.values(), **kwargs)
-    got = built_module(mk, built, forward(implementation, built.recipe, inputs, kwargs))
+    try:
+        got = built_module(mk, built, forward(implementation, built.recipe, inputs, kwargs))
+    except Exception as error:
+        named_call(error, text)
+        raise
     return text, mk.outputs(got["result"], text, kwargs), got["inputs"] | got["kwargs"]
 
 
@@ -506,9 +510,13 @@ def check(mk: ModuleKata, kata, built: Built, inputs: dict, *, float64_throughou
 
 def assert_inputs_left_alone(mk: ModuleKata, kata, built: Built, inputs: dict, **kwargs) -> None:
     """A convention: forward never changes its tensor arguments in place (checked by value here)."""
-    with diagnosing(mk.kata, replay(mk, built, inputs, kwargs), built.case):
-        text, _, after = run(mk, kata, built, inputs, kwargs)
+    def check(implementation) -> dict:
+        text, _, after = run(mk, implementation, built, inputs, kwargs)
         assert_inputs_unchanged(text, inputs | kwargs, after)
+        return {}
+
+    with diagnosing(mk.kata, check, built.case):  # an in-place slip is named: its replay fails the same way
+        check(kata)
 
 
 def _step_by_step(mk: ModuleKata, kata, built: Built, inputs: dict, kwargs: dict, defined) -> list[str]:

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import functools
 
-import torch
-
 SEED = 1234  # the global random seed every scenario starts from, wherever it runs
 
 
@@ -63,6 +61,8 @@ def run_here(function, implementation, args: tuple, kwargs: dict):
     state left as it was (the kata process runs its scenarios through here too). The CPU's
     generator only, and a GPU's once CUDA is up: torch.manual_seed would also record a stack
     trace for each lazy device (CUDA, MTIA, XPU) on every call."""
+    import torch  # here: the command line imports this module (timing's scenario) without torch
+
     state = torch.get_rng_state()
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
     cuda_states = torch.cuda.get_rng_state_all() if cuda else None
@@ -79,11 +79,15 @@ def run_here(function, implementation, args: tuple, kwargs: dict):
 
 def copied(value):
     """Tensors copied with their strides (a transposed view stays transposed), containers rebuilt."""
+    import torch
+
     if isinstance(value, torch.Tensor):
         if any(stride == 0 and size > 1 for size, stride in zip(value.shape, value.stride())):
             return value.detach().clone()  # an expanded tensor: its copy cannot share elements
         empty = torch.empty_strided(value.size(), value.stride(), dtype=value.dtype, device=value.device)
         return empty if value.is_meta else empty.copy_(value.detach())
+    if isinstance(value, torch.Size):  # a tuple, as the wire carries it
+        return value
     if isinstance(value, tuple):
         return tuple(copied(v) for v in value)
     if isinstance(value, list):
