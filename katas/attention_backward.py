@@ -26,7 +26,7 @@ def attention_backward(
     Shapes (any number of leading batch/head dimensions "...", none included; L != S allowed):
         query [..., L, E], key [..., S, E], value [..., S, Ev], grad_output [..., L, Ev]
         grad_query [..., L, E], grad_key [..., S, E], grad_value [..., S, Ev]
-    Results have the dtype and device of the inputs.
+    Results have the dtype of the inputs (float32 and float64 are tested).
 
     Same conventions as F.scaled_dot_product_attention (no mask tensor, no dropout):
         - scale defaults to 1 / sqrt(E).
@@ -35,7 +35,14 @@ def attention_backward(
 
     Rules: recompute what the forward pass would have saved (the weights); do not use
     autograd in any form (torch.autograd.grad, .backward(), torch.func, forward-mode AD):
-    the tests look for it. Do not modify the inputs.
+    the tests look for it.
+
+    Conventions (judged apart from the math, as production code would need them):
+        - results follow the inputs' device (a causal mask made inside too).
+        - the inputs are never changed in place.
+        - it works under torch.no_grad(), on inputs that do not require grad (the
+          gradients come from your own formulas).
+        - float64 inputs are computed in float64 throughout (no step in float32).
 
     What to derive, one step at a time (each step is a line or two of tensor code):
         1. grad_value: output is linear in value; value row s reaches output row l

@@ -20,8 +20,8 @@ class AttentionFunction(torch.autograd.Function):
     top-left aligned, also when L != S.
 
     Rules:
-        - forward keeps what backward needs with ctx.save_for_backward (tensors) and
-          plain ctx attributes (non-tensors such as the scale). Saving the weights trades
+        - forward keeps what backward needs on ctx (tensors: see the conventions below;
+          non-tensors such as the scale as plain ctx attributes). Saving the weights trades
           memory for time; saving only the inputs and recomputing the weights in backward
           (as FlashAttention does) is fine too.
         - backward derives the gradients itself: no autograd inside (no torch.autograd.grad,
@@ -29,6 +29,15 @@ class AttentionFunction(torch.autograd.Function):
         - backward returns one gradient per input of forward: None for is_causal and scale.
     The derivation is the one of the attention_backward kata: grad_value, grad_weights,
     the softmax backward, then grad_query and grad_key with the scale.
+    Results have the dtype of the inputs (float32 and float64 are tested).
+
+    Conventions (judged apart from the math, as production code would need them):
+        - forward keeps the tensors backward needs with ctx.save_for_backward (never as
+          ctx attributes): autograd then checks them for in-place changes and frees them
+          with the graph.
+        - results follow the inputs' device (a causal mask made inside too).
+        - the inputs and grad_output are never changed in place.
+        - float64 inputs are computed in float64 throughout (no step in float32).
 
     Example:
         >>> q = k = torch.eye(2, requires_grad=True); v = torch.tensor([[1.0], [3.0]])

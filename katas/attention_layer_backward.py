@@ -30,16 +30,22 @@ def attention_layer_backward(
     grad_output is dLoss/dy; return dLoss/dx and dLoss/d(each weight), each with the shape
     of what it is the gradient of: grad_x [B, T, E], every grad_w_* [E, E].
 
-    Conventions:
+    Shapes and rules:
         - x [B, T, E], every weight [E, E], grad_output [B, T, E]; B, T >= 1.
         - The scale is 1 / sqrt(hs), the HEAD size (not E).
         - is_causal=True: position i attends to positions 0..i only (the mask is -inf
           above the diagonal); with is_causal=False every position sees every position.
+        - Results have the dtype of x (float32 and float64 are tested).
+        - Do not use autograd in any form (torch.autograd.grad, .backward(), torch.func,
+          forward-mode AD): the tests look for it, and they call you with tensors that do
+          not require grad.
+
+    Conventions (judged apart from the math, as production code would need them):
         - raise ValueError when E is not divisible by num_heads.
-        - Results have the dtype and device of x (float32 and float64 are tested).
-        - Do not modify the inputs. Do not use autograd in any form
-          (torch.autograd.grad, .backward(), torch.func, forward-mode AD): the tests look
-          for it, and they call you with tensors that do not require grad.
+        - results follow the device of x (a causal mask made inside too).
+        - the inputs are never changed in place.
+        - it works under torch.no_grad() (the gradients come from your own formulas).
+        - float64 inputs are computed in float64 throughout (no step in float32).
 
     The chain, from the output back to the input, one step at a time:
         1. Recompute the forward and keep what the backward needs: x, Q, K, V per head,

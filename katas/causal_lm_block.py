@@ -34,6 +34,13 @@ class CausalLMBlock(nn.Module):
 
     Reference: nn.TransformerEncoderLayer(d_model, num_heads, d_ff, dropout, "gelu",
     layer_norm_eps, batch_first=True, norm_first=True, bias=bias) with a causal src_mask.
+
+    Conventions (judged apart from the math, as production code would need them):
+        - the defaults: d_ff=4 * d_model, dropout=0.0, layer_norm_eps=1e-5.
+        - results follow the input's device (the causal mask made inside forward too).
+        - the input and the mask are never changed in place.
+        - float16 and bfloat16 work: a blocked score is -inf, not -1e9 (out of float16's range).
+        - float64 inputs are computed in float64 throughout (no step in float32).
     """
 
     def __init__(

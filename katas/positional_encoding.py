@@ -26,9 +26,17 @@ def sinusoidal_positional_encoding(
         d_model: embedding size (columns). An odd d_model raises ValueError.
         base: wavelength base; 10000 in the paper.
         dtype: dtype of the result. Compute the angles in float32 (or float64) and cast
-            at the end: float16 cannot even represent position 2049 exactly. float32
-            accuracy is expected whatever the dtype.
+            at the end: float16 cannot even represent position 2049 exactly. The values
+            are judged to float32 accuracy whatever the dtype (float64 see below).
         device: device of the result (None means the default device).
+
+    Conventions (judged apart from the math, as production code would need them):
+        - float16 and bfloat16 tables take their angles in float32 (or float64) and are
+          cast at the end.
+        - float64 inputs are computed in float64 throughout (no step in float32). Here: a
+          float64 table is computed in float64, to float64's accuracy.
+        - an odd d_model raises ValueError.
+        - the table is built on `device`.
 
     Example:
         >>> sinusoidal_positional_encoding(2, 4)

@@ -42,7 +42,17 @@ def apply_rotary_embedding(
 
     Compute the angles in float32 (or float64) whatever x's dtype, and cast the result to
     x's dtype at the end: float16 cannot even represent position 2049, nor bfloat16
-    position 257. float32 accuracy is expected for every dtype (float64 x included).
+    position 257. The values are judged to float32 accuracy for every dtype (a float64 x
+    see below).
+
+    Conventions (judged apart from the math, as production code would need them):
+        - float16 and bfloat16 inputs take their angles in float32 (or float64) and come
+          back in their own dtype.
+        - float64 inputs are computed in float64 throughout (no step in float32). Here: a
+          float64 x takes its angles in float64 too.
+        - an odd D raises ValueError.
+        - results follow x's device (the frequencies and default positions made inside too).
+        - x and positions are never changed in place.
 
     Example:
         >>> apply_rotary_embedding(torch.tensor([[1.0, 0.0], [1.0, 0.0]]))

@@ -39,24 +39,32 @@ def cross_entropy(
         "sum":  the sum of the per-position losses (0-d).
         "mean": that sum divided by the number of NON-ignored positions (0-d). A mean over
             zero non-ignored positions (NaN in PyTorch) is not judged.
-        anything else raises ValueError, as F.cross_entropy does.
+        (any other reduction: see the conventions below.)
 
-    Numerics and dtypes:
+    Numerics:
         - logits as large as 1e4 (in magnitude) are judged: exp(1e4) overflows even in
           float64, so subtract each position's max over the classes before exponentiating
           (a max over the whole tensor is not enough: positions whose logits lie far below
           it would underflow to 0), and take log-probabilities as differences, never
           log(softmax), whose small probabilities underflow to 0. Errors compatible with
           float32 arithmetic at the logits' magnitude (about 1e-7 * max |logit|) are
-          accepted, float64 arithmetic's for float64 inputs.
-        - float16 and bfloat16 inputs are computed in float32 (or better) and the result is
-          returned in the input's dtype; float32 in float32; float64 in float64 (never
-          through float32).
-        - gradients flow back to `input` as autograd through F.cross_entropy's would; the
-          inputs are never modified; nothing is printed; results are on the input's device.
+          accepted, for float64 inputs too (see the float64 convention below).
+        - the loss has the input's dtype; float32 is computed in float32.
+        - nothing is printed.
 
     You may not call F.cross_entropy, F.nll_loss, nn.CrossEntropyLoss, nn.NLLLoss, any
     softmax, log_softmax or logsumexp of PyTorch's: write the log-softmax yourself.
+
+    Conventions (judged apart from the math, as production code would need them):
+        - any other reduction raises ValueError, as F.cross_entropy does.
+        - when every target is ignored, "sum" gives 0 and "none" 0 at every position.
+        - float16 and bfloat16 inputs are computed in float32 (or better) and the loss is
+          returned in the input's dtype.
+        - float64 inputs are computed in float64 throughout (no step in float32).
+        - the loss is on the input's device (masks and counts made inside too).
+        - the inputs are never changed in place.
+        - gradients flow back to `input` as autograd through F.cross_entropy's would (no
+          .detach(), .item() or torch.no_grad() on the way).
 
     Example:
         >>> logits = torch.tensor([[2.0, 0.0, 0.0], [0.0, 0.0, 0.0]])

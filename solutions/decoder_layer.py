@@ -48,6 +48,14 @@ class TransformerDecoderLayer(nn.Module):
           Given together with tgt_mask (memory_mask), both apply: a key is blocked when
           either blocks it.
         - a query row whose every key is blocked is undefined and not judged.
+
+    Conventions (judged apart from the math, as production code would need them):
+        - the defaults are PyTorch's: dim_feedforward=2048, dropout=0.1, activation="relu",
+          layer_norm_eps=1e-5, norm_first=False.
+        - results follow the inputs' device (causal masks made inside forward too).
+        - the inputs and masks are never changed in place.
+        - float16 and bfloat16 work: a blocked score is -inf, not -1e9 (out of float16's range).
+        - float64 inputs are computed in float64 throughout (no step in float32).
     """
 
     def __init__(

@@ -50,12 +50,15 @@ def flash_attention(
           every key block that starts before position L computes (per leading index, L times
           the keys of those blocks); tiling the queries too computes fewer.
 
-    Conventions:
-        - float32 and float64 inputs. output has the inputs' dtype; logsumexp too (for
-          float32 inputs float64 is accepted as well). float64 is computed in float64.
+    Inputs are float32 or float64. output has the inputs' dtype; logsumexp too (for float32
+    inputs float64 is accepted as well). Not allowed: PyTorch's attention
+    (F.scaled_dot_product_attention and its kernels). Print nothing.
+
+    Conventions (judged apart from the math, as production code would need them):
         - block_size < 1 raises ValueError.
-        - not allowed: PyTorch's attention (F.scaled_dot_product_attention and its kernels).
-        - results are made on the inputs' device; inputs are never modified; nothing printed.
+        - float64 inputs are computed in float64 throughout (no step in float32).
+        - results are made on the inputs' device.
+        - the inputs are never changed in place.
 
     Example:
         >>> q = k = torch.eye(2); v = torch.tensor([[1.0], [3.0]])

@@ -30,11 +30,17 @@ def layer_norm(
       judged, with eps=1e-5 (the default) and explicit values.
     - a row whose variance is 0 (one normalised element, say) gives x - mean = 0: the output
       is the bias there (0 without one), never NaN.
-    - computation dtype: float16 and bfloat16 inputs are computed in float32 and the result
-      cast back to the input's dtype (rows with a spread of 300, whose squares overflow
-      float16, are judged); float32 and float64 inputs in their own dtype (a float64 input
-      must not go through float32).
-    - do not modify x, weight or bias; print nothing.
+    - errors of float32 arithmetic are accepted (for float64 inputs too: see the float64
+      convention below); print nothing.
+
+    Conventions (judged apart from the math, as production code would need them):
+        - float16 and bfloat16 inputs are computed in float32 and the result cast back to
+          the input's dtype (rows with a spread of 300, whose squares overflow float16, are
+          judged).
+        - float64 inputs are computed in float64 throughout (no step in float32).
+        - results follow the inputs' device.
+        - x, weight and bias (and layer_norm_backward's grad_output) are never changed in
+          place.
 
     Example:
         >>> layer_norm(torch.tensor([[1.0, 2.0, 3.0]]), 3)
@@ -81,11 +87,17 @@ def layer_norm_backward(
     when it is given, both are tensors. The bias itself is not an argument: no gradient
     depends on its value.
 
-    Same conventions as layer_norm: normalized_shape an int or a sequence of ints, any
-    number of leading dims (none included), the biased variance, eps inside the square root
-    (small-variance inputs and explicit eps values are judged), half precision computed in
-    float32 and returned in its own dtype, float64 computed in float64. A row of one
-    normalised element gives grad_input 0 there (x_hat is 0 and stays 0).
+    Same rules as layer_norm: normalized_shape an int or a sequence of ints, any number of
+    leading dims (none included), the biased variance, eps inside the square root
+    (small-variance inputs and explicit eps values are judged). A row of one normalised
+    element gives grad_input 0 there (x_hat is 0 and stays 0).
+
+    Conventions (judged apart from the math, as production code would need them):
+        - those of layer_norm above, for every gradient: half precision computed in float32
+          and returned in its own dtype, float64 computed in float64 throughout, the
+          inputs' device, the inputs left unchanged.
+        - layer_norm_backward works under torch.no_grad(), as the grader times it (no step
+          may need autograd).
 
     Rules: recompute what the forward pass would have saved (the mean, 1 / sqrt(var + eps),
     x_hat); do not use autograd in any form (torch.autograd.grad, .backward(), torch.func,

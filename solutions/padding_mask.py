@@ -24,6 +24,11 @@ def padding_mask(lengths: Tensor | list[int], max_len: int | None = None) -> Ten
         >>> padding_mask(torch.tensor([1, 3]), max_len=4)
         tensor([[False,  True,  True,  True],
                 [False, False, False,  True]])
+
+    Conventions (judged apart from the math, as production code would need them):
+        - lengths may also be a list of ints (the result is then on the CPU).
+        - the result is on the device of `lengths`.
+        - `lengths` is never changed in place.
     """
     ### BEGIN SOLUTION
     # TODO: accept a list of ints as well as a 1-D tensor.

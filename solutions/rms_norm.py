@@ -27,13 +27,22 @@ class RMSNorm(nn.Module):
           dims, none included.
         - it is the mean SQUARE: nothing is subtracted (unlike LayerNorm's variance), and
           there is no bias.
-        - computation dtype: float16 and bfloat16 inputs are computed in float32 and the
-          result is cast back to the input's dtype; float32 and float64 inputs in their own
-          dtype (a float64 input must not go through float32). The weight may be applied
-          before or after casting back.
+        - computation dtype: float32 inputs in float32, float64 inputs in float64 (eps=None
+          then means float64's eps); float16 and bfloat16 inputs in float32, the result cast
+          back (see the conventions). The weight may be applied before or after casting back.
         - eps matters: inputs of tiny magnitude (around 1e-4, where mean(x ** 2) is of the
           order of eps) and large ones are judged, and so are explicit values of eps.
-        - the input is never modified in place; gradients flow to x and to the weight.
+
+    Conventions (judged apart from the math, as production code would need them):
+        - float16 and bfloat16 inputs are computed in float32 (eps=None: float32's eps) and
+          the result is cast back to the input's dtype.
+        - float64 inputs are computed in float64 throughout (no step in float32).
+        - elementwise_affine=False: no parameter at all, and self.weight is None.
+        - self.normalized_shape (a tuple), self.eps and self.elementwise_affine keep the
+          settings as nn.RMSNorm does; the weight starts at ones, a trainable nn.Parameter.
+        - autograd sees every step: gradients flow to x and to the weight.
+        - results follow the input's device.
+        - the input is never modified in place.
     """
 
     def __init__(self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True):

@@ -19,18 +19,18 @@ def filter_logits(
     order and meaning of Hugging Face's TemperatureLogitsWarper, TopKLogitsWarper and
     TopPLogitsWarper):
 
-    1. temperature: scores = logits / temperature. temperature must be > 0 (else
-       ValueError); below 1 sharpens the distribution, above 1 flattens it.
+    1. temperature: scores = logits / temperature. temperature must be > 0; below 1
+       sharpens the distribution, above 1 flattens it.
     2. top-k, when top_k > 0: keep the k tokens with the largest scores, where
        k = max(top_k, min_tokens_to_keep); every other token's score becomes -inf.
-       top_k = 0 turns it off; k >= V keeps every token. top_k < 0 raises ValueError.
+       top_k = 0 turns it off; k >= V keeps every token.
     3. top-p (nucleus), when top_p < 1: take the probabilities softmax(scores) of the
        scores left after step 2 (tokens removed there have probability 0, the others
        are renormalised). Going from the most likely token down, keep the smallest set
        whose cumulative probability reaches top_p: a token survives when the total
        probability of the tokens MORE likely than it is still below top_p, so the token
        that crosses top_p is kept. The min_tokens_to_keep most likely tokens always
-       survive. top_p = 1.0 turns it off; top_p outside (0, 1] raises ValueError.
+       survive. top_p = 1.0 turns it off.
 
     min_tokens_to_keep (an int >= 1, default 1): at least this many tokens survive
     (fewer only when V is smaller), as in Hugging Face's warpers.
@@ -42,9 +42,14 @@ def filter_logits(
 
     Returns:
         The scores logits / temperature, with every removed token set to -inf: a new
-        tensor of the logits' shape, dtype and device (logits is left unchanged).
-        float16 and bfloat16 logits are computed in float32 and returned in their own
-        dtype; float64 logits are computed in float64.
+        tensor of the logits' shape and dtype.
+
+    Conventions (judged apart from the math, as production code would need them):
+        - bad settings raise ValueError: temperature <= 0, top_k < 0, top_p outside (0, 1].
+        - float16 and bfloat16 logits are computed in float32 and returned in their own dtype.
+        - float64 inputs are computed in float64 throughout (no step in float32).
+        - the result is made on the logits' device.
+        - logits is never changed in place.
 
     Example:
         >>> filter_logits(torch.tensor([2.0, 1.0, 0.0, -1.0]), temperature=0.5, top_k=3, top_p=0.9)
@@ -98,19 +103,23 @@ def sample_next_token(
       top_k=..., top_p=...)) of each row (min_tokens_to_keep 1), and one token drawn from
       it per row, each row independently of the others. A token the filters removed is
       never drawn.
-    - temperature < 0: ValueError.
 
     generator (keyword only, required): a torch.Generator on the logits' device, the ONLY
     source of randomness: pass it to every random call (torch.multinomial(...,
-    generator=generator), torch.rand(..., generator=generator)). The global RNG (the one
-    torch.manual_seed sets) must be left untouched, and the same generator state must give
-    the same tokens. Any correct sampling method is accepted (torch.multinomial, inverse
-    CDF, Gumbel-max...): the tests check the draws' frequencies, not which random numbers
-    were used.
+    generator=generator), torch.rand(..., generator=generator)). Any correct sampling
+    method is accepted (torch.multinomial, inverse CDF, Gumbel-max...): the tests check
+    the draws' frequencies, not which random numbers were used.
 
     Returns:
-        int64 [B] on the logits' device: the token id (0..V-1) of each row. logits is
-        left unchanged; float16 and bfloat16 logits are handled in float32.
+        int64 [B]: the token id (0..V-1) of each row.
+
+    Conventions (judged apart from the math, as production code would need them):
+        - a negative temperature raises ValueError.
+        - every random number comes from `generator`: the global RNG (torch.manual_seed's)
+          is left untouched, and the same generator state gives the same tokens.
+        - float16 and bfloat16 logits are handled in float32.
+        - the tokens are made on the logits' device.
+        - logits is never changed in place.
     """
     ### BEGIN SOLUTION
     # TODO: reject a negative temperature; temperature 0 is greedy: the argmax of each row.

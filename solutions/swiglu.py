@@ -29,9 +29,15 @@ class SwiGLU(nn.Module):
           and a single vector [C] all work; they pass through unchanged.
         - silu(z) = z * sigmoid(z) (F.silu), applied to gate_proj(x) only, then multiplied
           elementwise by up_proj(x), then projected back by down_proj.
-        - the output has x's dtype and device; x is not modified.
+        - the output has x's dtype.
 
     Reference: nn.Linear and F.silu composed as above, in float64, every weight and bias random.
+
+    Conventions (judged apart from the math, as production code would need them):
+        - float16 and bfloat16 inputs work, in their own dtype.
+        - float64 inputs are computed in float64 throughout (no step in float32).
+        - results follow the input's device.
+        - x is never modified in place.
     """
 
     def __init__(self, d_model: int, d_ff: int | None = None, multiple_of: int = 256, bias: bool = False):

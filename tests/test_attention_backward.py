@@ -13,34 +13,30 @@ for every backward kata): its engine's entry points, autograd's own *_backward k
 forward-mode AD, and any operation that records a graph while the kata runs.
 """
 
-import math
-
 import torch
 import torch.nn.functional as F
 
 from judge.forbidden import AUTOGRAD
-from judge.testing.attention import case_table, relative_scale
-from judge.testing.checks import (
-    assert_close,
-    assert_not_modified,
-    call_on_device,
-    call_repr,
-    check_tensor_kind,
-    describe,
+from judge.testing.attention import (
+    GRAD_TOLERANCES,
+    GRADIENTS,
+    backward_inputs,
+    backward_sizes,
+    case_table,
+    eager_gradients,
+    judge_gradients,
+    relative_scale,
+    sdpa_gradients,
 )
+from judge.testing.checks import describe
+from judge.testing.functions import FunctionKata
 from judge.testing.inputs import randn
-from judge.testing.spec import KataSpec, dtypes
-from judge.testing.tolerances import SINGLE_OP as TOLERANCES
+from judge.testing.scenarios import scenario
+from judge.testing.spec import FLOAT64_RULE, KataSpec, dtypes
+from judge.testing.tiers import convention, core
 
 FULL = [torch.float32, torch.float64]
-NAMES = ("grad_query", "grad_key", "grad_value")
-
-# float64 uses the shared tolerances. For float32 the atol is 5x the shared one: a backward
-# pass sums terms that cancel (grad_weights - rowsum(grad_weights * weights)), so a correct
-# kata's error follows the size of those terms, not of each result. Measured over 8400
-# float32 gradients from four correct styles (the FlashAttention D trick the worst): at most
-# 9.5e-6 off, for gradients up to 11. Wrong formulas are off by more than 1e-2.
-GRAD_TOLERANCES = {torch.float64: TOLERANCES[torch.float64], torch.float32: {"rtol": 1.3e-6, "atol": 5e-5}}
+make_inputs = backward_inputs
 
 
 def benchmark(kata, device):
@@ -74,106 +70,40 @@ SPEC = KataSpec(
 )
 
 
-# --------------------------------------------------------------------------- inputs
+def gradients(result, text: str) -> dict:
+    """The result's form: a triple, named."""
+    if not isinstance(result, (tuple, list)) or len(result) != 3:
+        expected = "a triple (grad_query, grad_key, grad_value)"
+        raise AssertionError(f"{text} returned {describe(result)}; expected {expected}")
+    return dict(zip(GRADIENTS, result))
 
 
-def make_inputs(gen, case: dict, dtype, device) -> tuple[torch.Tensor, ...]:
-    """query, key, value, grad_output: unit normals, the same numbers for every dtype."""
-    lead = case["lead"]
-    query = randn(gen, *lead, case["L"], case["E"], dtype=dtype, device=device)
-    key = randn(gen, *lead, case["S"], case["E"], dtype=dtype, device=device)
-    value = randn(gen, *lead, case["S"], case["Ev"], dtype=dtype, device=device)
-    grad_output = randn(gen, *lead, case["L"], case["Ev"], dtype=dtype, device=device)
-    return query, key, value, grad_output
-
-
-# --------------------------------------------------------------------------- references
-
-
-def _leaves(query, key, value):
-    return [t.detach().double().requires_grad_() for t in (query, key, value)]
-
-
-def sdpa_gradients(query, key, value, grad_output, *, is_causal=False, scale=None):
-    """Autograd through F.scaled_dot_product_attention, in float64 on the inputs' device."""
-    leaves = _leaves(query, key, value)
-    with torch.enable_grad():
-        output = F.scaled_dot_product_attention(*leaves, is_causal=is_causal, scale=scale)
-    return torch.autograd.grad(output, leaves, grad_output.double())
-
-
-def eager_gradients(query, key, value, grad_output, *, is_causal=False, scale=None):
-    """Autograd through softmax(q k^T * scale + causal bias) v written out, in float64."""
-    q, k, v = leaves = _leaves(query, key, value)
-    L, S, E = q.size(-2), k.size(-2), q.size(-1)
-    with torch.enable_grad():
-        scores = q @ k.transpose(-2, -1) * (1 / math.sqrt(E) if scale is None else scale)
-        if is_causal:  # -inf strictly above the main diagonal: key j > query i is blocked
-            scores = scores + torch.full((L, S), -math.inf, dtype=q.dtype, device=q.device).triu(1)
-        output = torch.softmax(scores, dim=-1) @ v
-    return torch.autograd.grad(output, leaves, grad_output.double())
+BACKWARD = FunctionKata(
+    SPEC, outputs=gradients, parameters={"attention_backward": ("query", "key", "value", "grad_output")}
+)
 
 
 # --------------------------------------------------------------------------- checks
 
 
-def call_kata(kata, query, key, value, grad_output, **kwargs):
-    call = call_repr("attention_backward", query, key, value, grad_output, **kwargs)
-    result = kata.attention_backward(query, key, value, grad_output, **kwargs)
-    if not isinstance(result, (tuple, list)) or len(result) != 3:
-        raise AssertionError(
-            f"{call} returned {describe(result)}; expected a triple (grad_query, grad_key, grad_value)"
-        )
-    return call, dict(zip(NAMES, result))
+def check_gradients(kata, inputs, judge=sdpa_gradients, *, float64_throughout=False, **kwargs) -> None:
+    """The learner's gradients (computed where the kata lives, on copies) against the judge's."""
+    want = judge(*inputs, **kwargs)
+    with BACKWARD.judging(kata, *inputs, sizes=backward_sizes(inputs), **kwargs) as call:
+        judge_gradients(call.text, call.outputs, want, float64_throughout=float64_throughout)
 
 
-HINTS = {
-    "grad_value": "grad_value needs only the weights and grad_output: check the recomputed weights "
-    "(scale, causal mask) and the transpose.",
-    "grad_query": "grad_value is right, so the weights are: check the softmax backward and the scale.",
-    "grad_key": "grad_query is right, so grad_scores is: check the transpose and the scale in grad_key.",
-}
+@scenario
+def without_grad(kata, args: tuple, kwargs: dict):
+    """attention_backward(*args, **kwargs) under torch.no_grad(), as the grader times it."""
+    with torch.no_grad():
+        return kata.attention_backward(*args, **kwargs)
 
 
-def judge_gradients(call: str, got: dict, inputs, judge=sdpa_gradients, **kwargs) -> None:
-    """Judge grad_value, grad_query, grad_key in that order (each depends on more of the
-    derivation than the one before), with a hint for the first one that is off."""
-    dtype = inputs[0].dtype
-    want = dict(zip(NAMES, (g.to(dtype) for g in judge(*inputs, **kwargs))))
-    for name in NAMES:
-        check_tensor_kind(got[name], want[name], call=call, what=name)
-    for name in ("grad_value", "grad_query", "grad_key"):
-        try:
-            assert_close(got[name], want[name], call=call, what=name, tolerance=GRAD_TOLERANCES[dtype])
-        except AssertionError as error:
-            error.args = (f"{error}. {HINTS[name]}",)  # in place: it stays a Mismatch for the diagnosis
-            raise
+# --------------------------------------------------------------------------- core
 
 
-def replay(inputs, **kwargs):
-    """The same call with another implementation, on copies of the inputs taken now (for the
-    diagnosis)."""
-    originals = [t.clone() for t in inputs]
-    return lambda implementation: call_kata(implementation, *(t.clone() for t in originals), **kwargs)[1]
-
-
-def sizes(inputs) -> dict:
-    query, key, value, _ = inputs
-    return {"L": query.size(-2), "S": key.size(-2), "E": query.size(-1), "Ev": value.size(-1)}
-
-
-def check_gradients(kata, inputs, judge=sdpa_gradients, **kwargs) -> None:
-    """The learner's gradients against the judge's, computed on the inputs as they were (a
-    kata that modifies them in place is judged on what it was given)."""
-    originals = [t.clone() for t in inputs]
-    with SPEC.diagnosing(replay(inputs, **kwargs), sizes(inputs)):
-        call, got = call_kata(kata, *inputs, **kwargs)
-        judge_gradients(call, got, originals, judge, **kwargs)
-
-
-# --------------------------------------------------------------------------- correctness
-
-
+@core
 @dtypes(*FULL)
 def test_gradients_match_autograd_through_pytorch_attention(kata, rng, gen, dtype, device):
     for case in SPEC.cases.cases(rng):
@@ -181,6 +111,7 @@ def test_gradients_match_autograd_through_pytorch_attention(kata, rng, gen, dtyp
             check_gradients(kata, make_inputs(gen, case, dtype, device))
 
 
+@core
 @dtypes(*FULL)
 def test_is_causal_is_top_left_aligned(kata, rng, gen, dtype, device):
     for case in SPEC.cases.cases(rng):
@@ -188,6 +119,7 @@ def test_is_causal_is_top_left_aligned(kata, rng, gen, dtype, device):
             check_gradients(kata, make_inputs(gen, case, dtype, device), is_causal=True)
 
 
+@core
 @dtypes(*FULL)
 def test_custom_scale_replaces_the_default(kata, rng, gen, dtype, device):
     for index, case in enumerate(SPEC.cases.cases(rng)):
@@ -196,6 +128,7 @@ def test_custom_scale_replaces_the_default(kata, rng, gen, dtype, device):
             check_gradients(kata, inputs, scale=relative_scale(rng, case["E"]), is_causal=index % 2 == 1)
 
 
+@core
 @dtypes(*FULL)
 def test_gradients_match_an_eager_autograd_reference(kata, rng, gen, dtype, device):
     for index, case in enumerate(SPEC.cases.cases(rng)):
@@ -206,47 +139,65 @@ def test_gradients_match_an_eager_autograd_reference(kata, rng, gen, dtype, devi
             check_gradients(kata, make_inputs(gen, case, dtype, device), judge=eager_gradients, **kwargs)
 
 
-# --------------------------------------------------------------------------- contract
+# --------------------------------------------------------------------------- conventions
 
 
+@convention("it works under torch.no_grad(), on inputs that do not require grad")
 def test_works_under_no_grad_on_inputs_that_do_not_require_grad(kata, rng, gen):
     """As the grader times it: the gradients come from the learner's own formulas (autograd,
     in any form, is refused by the spec's AUTOGRAD rules in every test)."""
     case = SPEC.cases.random(rng)[1]
     inputs = make_inputs(gen, case, torch.float64, "cpu")
     kwargs = {"is_causal": True, "scale": relative_scale(rng, case["E"])}
-    originals = [t.clone() for t in inputs]
-    with SPEC.diagnosing(replay(inputs, **kwargs), sizes(inputs)):
-        with torch.no_grad():
-            call, got = call_kata(kata, *inputs, **kwargs)
-        judge_gradients(call + " under torch.no_grad()", got, originals, **kwargs)
+    text = BACKWARD.text("attention_backward", inputs, kwargs) + " under torch.no_grad()"
+
+    def replay(implementation) -> dict:
+        return gradients(without_grad(implementation, inputs, kwargs), text)
+
+    want = sdpa_gradients(*inputs, **kwargs)
+    with SPEC.diagnosing(replay, backward_sizes(inputs)):
+        judge_gradients(text, replay(kata), want)
 
 
-def test_results_follow_the_dtype_and_device_of_the_inputs(kata, rng, gen, other_device):
+@convention("results follow the inputs' device (a causal mask made inside too).")
+def test_results_follow_the_dtype_and_device_of_the_inputs(kata, other_device):
     """Each gradient has the shape of its input, on the inputs' device, in their dtype."""
-    case = SPEC.cases.random(rng)[0]
+    case = SPEC.cases.edges[0]  # fixed: a verdict on the meta stand-in must not depend on the seed
+    sizes = {name: case[name] for name in ("L", "S", "E", "Ev")}
     for dtype in FULL:
-        inputs = make_inputs(gen, case, dtype, other_device)
-        if other_device != "meta":
-            check_gradients(kata, inputs, is_causal=True)
-            continue
-        with SPEC.diagnosing(replay(inputs, is_causal=True), sizes(inputs)):
-            call, got = call_on_device(lambda inputs=inputs: call_kata(kata, *inputs, is_causal=True), other_device)
-            for name, like in zip(NAMES, inputs):  # meta tensors have a shape and a device but no values
-                check_tensor_kind(got[name], torch.empty_like(like), call=call, what=name)
+
+        def make(device, dtype=dtype):
+            return make_inputs(torch.Generator().manual_seed(0), case, dtype, device), {"is_causal": True}
+
+        def expected(device, make=make) -> dict:
+            args, kwargs = make(device)
+            return sdpa_gradients(*args, **kwargs)
+
+        BACKWARD.on_device(kata, other_device, make=make, expected=expected, compare=SPEC.assert_close, sizes=sizes)
 
 
+@convention("the inputs are never changed in place.")
 def test_does_not_modify_its_inputs(kata, rng, gen):
     case = SPEC.cases.random(rng)[1]
     inputs = make_inputs(gen, case, torch.float32, "cpu")
     for kwargs in ({}, {"is_causal": True, "scale": relative_scale(rng, case["E"])}):
 
         def check(implementation, kwargs=kwargs) -> dict:
-            tensors = [tensor.clone() for tensor in inputs]
-            call, got = call_kata(implementation, *tensors, **kwargs)
-            for name, tensor, original in zip(("query", "key", "value", "grad_output"), tensors, inputs):
-                assert_not_modified(name, tensor, original, call=call)
-            return got
+            """The call, then its arguments by value (raised the same way for a slip, so the
+            diagnosis can name an in-place slip)."""
+            call = BACKWARD.call(implementation, *inputs, **kwargs)
+            BACKWARD.assert_inputs_unchanged(call, inputs, {})
+            return call.outputs
 
-        with SPEC.diagnosing(check, sizes(inputs)):
+        with SPEC.diagnosing(check, backward_sizes(inputs)):
             check(kata)
+
+
+@convention(FLOAT64_RULE)
+def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
+    """float64 gradients held to float64's own tolerance, causal and not, default and custom scales."""
+    for index, case in enumerate(SPEC.cases.cases(rng, 2)):
+        with case.judged():
+            kwargs = {"is_causal": index % 2 == 1} | ({"scale": relative_scale(rng, case["E"])} if index % 3 else {})
+            inputs = make_inputs(gen, case, torch.float64, "cpu")
+            check_gradients(kata, inputs, float64_throughout=True, **kwargs)

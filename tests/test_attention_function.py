@@ -1,34 +1,42 @@
 """attention_function: a torch.autograd.Function whose backward is written by hand.
 
-Judged like attention_backward (whose inputs and judges it reuses): the output and the
-gradients that autograd gets through the Function are compared with autograd through
-F.scaled_dot_product_attention in float64; torch.autograd.gradcheck compares the backward
-with finite differences; saved-tensor hooks show whether forward kept its tensors with
-ctx.save_for_backward. The Function's forward and backward run under the same AUTOGRAD
-rules as attention_backward: autograd inside them, in any form, is forbidden.
+Judged like attention_backward (whose inputs and judges it shares, judge.testing.attention):
+the output and the gradients that autograd gets through the Function are compared with
+autograd through F.scaled_dot_product_attention in float64; torch.autograd.gradcheck
+compares the backward with finite differences; saved-tensor hooks show whether forward
+kept its tensors with ctx.save_for_backward. Everything that needs the Function's graph
+(its grad_fn, autograd through it, gradcheck, what it saves) happens in scenarios, where
+the kata lives; only data comes back. The Function's forward and backward run under the
+same AUTOGRAD rules as attention_backward: autograd inside them, in any form, is forbidden.
 """
 
 import re
 
 import torch
 import torch.nn.functional as F
-from test_attention_backward import FULL, GRAD_TOLERANCES, NAMES, judge_gradients, make_inputs, sizes
 from torch.autograd.gradcheck import GradcheckError
 
 from judge.forbidden import AUTOGRAD
-from judge.remote.client import observe
-from judge.testing.attention import case_table, relative_scale
-from judge.testing.checks import (
-    assert_close,
-    assert_not_modified,
-    call_on_device,
-    call_repr,
-    check_tensor_kind,
-    describe,
+from judge.testing.attention import (
+    GRAD_TOLERANCES,
+    GRADIENTS,
+    backward_inputs,
+    backward_sizes,
+    case_table,
+    judge_gradients,
+    relative_scale,
+    sdpa_gradients,
 )
+from judge.testing.checks import assert_close, call_repr, describe, judge_on_device
+from judge.testing.functions import assert_inputs_unchanged
 from judge.testing.inputs import randn
-from judge.testing.spec import KataSpec, dtypes
-from judge.testing.tolerances import SINGLE_OP as TOLERANCES
+from judge.testing.scenarios import scenario
+from judge.testing.spec import FLOAT64_RULE, KataSpec, core_dtype, dtypes
+from judge.testing.tiers import convention, core
+from judge.testing.tolerances import SINGLE_OP
+
+FULL = [torch.float32, torch.float64]
+make_inputs = backward_inputs
 
 
 def benchmark(kata, device):
@@ -72,69 +80,46 @@ def settings(rng, case: dict, index: int) -> tuple[bool, float | None]:
     return is_causal, scale
 
 
-def leaves_of(query, key, value):
-    return [t.detach().clone().requires_grad_() for t in (query, key, value)]
-
-
 def apply_repr(*args) -> str:
     return call_repr("AttentionFunction.apply", *args)
 
 
-def forward_and_backward(kata, query, key, value, grad_output, is_causal, scale):
-    """The Function's output and the gradients autograd gets through it."""
-    leaves = leaves_of(query, key, value)
-    call = apply_repr(*leaves, is_causal, scale)
-    with torch.enable_grad():
-        output = kata.AttentionFunction.apply(*leaves, is_causal, scale)
-    if not isinstance(output, torch.Tensor):
-        raise AssertionError(f"{call} returned {type(output).__name__}, expected a tensor")  # noqa: TRY004
-    if output.grad_fn is None:
-        raise AssertionError(f"{call} returned an output with no grad_fn: autograd cannot reach your backward")
-    grads = torch.autograd.grad(output, leaves, grad_output, allow_unused=True)
-    return call, output, dict(zip(NAMES, grads))
-
-
 def reference_output(query, key, value, is_causal, scale):
-    return F.scaled_dot_product_attention(
+    """F.scaled_dot_product_attention in float64, rounded to the inputs' dtype."""
+    output = F.scaled_dot_product_attention(
         query.double(), key.double(), value.double(), is_causal=is_causal, scale=scale
     )
+    return output.to(query.dtype)
 
 
-def replay(inputs, is_causal, scale):
-    """The same calls with another implementation, on copies of the inputs taken now (for the
-    diagnosis)."""
-    originals = [t.clone() for t in inputs]
-
-    def run(implementation) -> dict:
-        _, output, got = forward_and_backward(implementation, *(t.clone() for t in originals), is_causal, scale)
-        return {"an output": output, **got}
-
-    return run
+# --------------------------------------------------------------------------- scenarios (run where the kata lives)
 
 
-def check_function(kata, inputs, is_causal, scale) -> None:
-    query, key, value, _ = inputs
-    with SPEC.diagnosing(replay(inputs, is_causal, scale), sizes(inputs)):
-        call, output, got = forward_and_backward(kata, *inputs, is_causal, scale)
-        want = reference_output(query, key, value, is_causal, scale).to(query.dtype)
-        assert_close(output, want, call=call, what="an output", tolerance=TOLERANCES[query.dtype])
-        for name in NAMES:
-            if got[name] is None:
-                raise AssertionError(f"autograd got no {name} through {call}: backward returned None for it")
-        kwargs = {"is_causal": is_causal} | ({} if scale is None else {"scale": scale})
-        judge_gradients(f"the backward of {call}", got, inputs, **kwargs)
+def _leaves(*tensors):
+    return [t.detach().requires_grad_() for t in tensors]
 
 
-@dtypes(*FULL)
-def test_output_and_gradients_match_pytorch_attention(kata, rng, gen, dtype, device):
-    for index, case in enumerate(SPEC.cases.cases(rng)):
-        with case.judged():
-            check_function(kata, make_inputs(gen, case, dtype, device), *settings(rng, case, index))
+@scenario
+def through_autograd(kata, query, key, value, grad_output, is_causal, scale) -> dict:
+    """AttentionFunction.apply on leaves that require grad, then torch.autograd.grad with
+    grad_output: the output, whether it has a grad_fn, the gradients (None where backward
+    gave none) and the inputs as the forward and backward left them."""
+    leaves = _leaves(query, key, value)
+    with torch.enable_grad():
+        output = kata.AttentionFunction.apply(*leaves, is_causal, scale)
+    tensor = isinstance(output, torch.Tensor)
+    found = {"output": output.detach() if tensor else output, "grad_fn": tensor and output.grad_fn is not None}
+    if found["grad_fn"]:
+        grads = torch.autograd.grad(output, leaves, grad_output, allow_unused=True)
+        found["grads"] = dict(zip(GRADIENTS, grads))
+    found["inputs"] = [leaf.detach() for leaf in leaves] + [grad_output]
+    return found
 
 
-def saved_shapes(function, *args) -> list:
-    """The shapes of what function.apply(*args) saves for backward (run where the kata runs:
-    saved tensors never leave the process that made them)."""
+@scenario
+def saved_for_backward(kata, query, key, value, is_causal, scale) -> list:
+    """The shapes of what AttentionFunction.apply saves for backward, as saved-tensor hooks
+    see it (saved tensors never leave the process that made them)."""
     saved = []
 
     def pack(tensor):
@@ -142,57 +127,113 @@ def saved_shapes(function, *args) -> list:
         return tensor
 
     with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        function.apply(*args)
+        kata.AttentionFunction.apply(*_leaves(query, key, value), is_causal, scale)
     return saved
 
 
-def test_forward_saves_tensors_for_backward(kata, rng, gen):
-    """Tensors kept for backward go through ctx.save_for_backward, which saved-tensor hooks see."""
-    case = SPEC.cases.random(rng)[0]
-    query, key, value, _ = make_inputs(gen, case, torch.float64, "cpu")
-
-    def check(implementation) -> dict:
-        leaves = leaves_of(query, key, value)
-        saved = observe(implementation, saved_shapes, implementation.AttentionFunction, *leaves, True, None)
-        if not saved:
-            raise AssertionError(
-                f"{apply_repr(*leaves, True, None)}: forward saved no tensor with ctx.save_for_backward. Keep "
-                "what backward needs with it (not as ctx attributes): autograd then checks that those tensors "
-                "were not modified in place before backward, and frees them with the graph"
-            )
-        return {}
-
-    with SPEC.diagnosing(check):
-        check(kata)
+@scenario
+def backward_called_directly(kata, query, key, value, grad_output, is_causal, scale) -> dict:
+    """The backward, called through the output's grad_fn with grad mode off, as autograd's
+    engine calls it: whatever it returns."""
+    with torch.enable_grad():
+        output = kata.AttentionFunction.apply(*_leaves(query, key, value), is_causal, scale)
+    if not isinstance(output, torch.Tensor) or output.grad_fn is None:
+        return {"grad_fn": False}
+    with torch.no_grad():
+        return {"grad_fn": True, "returned": output.grad_fn.apply(grad_output)}
 
 
+@scenario
+def gradchecked(kata, query, key, value, is_causal, scale) -> dict:
+    """torch.autograd.gradcheck (fast mode) through the Function: passed, or the first line of its error."""
+    leaves = _leaves(query, key, value)
+
+    def function(q, k, v):
+        return kata.AttentionFunction.apply(q, k, v, is_causal, scale)
+
+    try:
+        torch.autograd.gradcheck(function, leaves, fast_mode=True)
+    except GradcheckError as error:
+        return {"passed": False, "error": str(error).strip().splitlines()[0].rstrip(",")}
+    return {"passed": True}
+
+
+# --------------------------------------------------------------------------- the judging process's side
+
+
+NO_GRAD_FN = "returned an output with no grad_fn: autograd cannot reach your backward"
+
+
+def outcome(implementation, inputs, is_causal, scale) -> dict:
+    """{"an output", grad_query, grad_key, grad_value} of the Function where `implementation`
+    lives (also a slip's, for the diagnosis); "inputs": as the calls left them."""
+    text = apply_repr(*inputs[:3], is_causal, scale)
+    got = through_autograd(implementation, *inputs, is_causal, scale)
+    if not isinstance(got["output"], torch.Tensor):
+        raise AssertionError(f"{text} returned {describe(got['output'])}, expected a tensor")
+    if not got["grad_fn"]:
+        raise AssertionError(f"{text} {NO_GRAD_FN}")
+    return {"an output": got["output"], **got["grads"], "inputs": got["inputs"]}
+
+
+def check_function(kata, inputs, is_causal, scale, *, float64_throughout=False) -> None:
+    query, key, value, grad_output = inputs
+    text = apply_repr(query, key, value, is_causal, scale)
+    want_output = reference_output(query, key, value, is_causal, scale)
+    want = sdpa_gradients(*inputs, is_causal=is_causal, scale=scale)
+
+    def replay(implementation) -> dict:
+        return outcome(implementation, inputs, is_causal, scale)
+
+    with SPEC.diagnosing(replay, backward_sizes(inputs)):
+        got = replay(kata)
+        tolerance = SINGLE_OP[core_dtype(query.dtype, float64_throughout)]
+        assert_close(got["an output"], want_output, call=text, what="an output", tolerance=tolerance)
+        for name in GRADIENTS:
+            if got[name] is None:
+                raise AssertionError(f"autograd got no {name} through {text}: backward returned None for it")
+        judge_gradients(f"the backward of {text}", got, want, float64_throughout=float64_throughout)
+
+
+# --------------------------------------------------------------------------- core
+
+
+@core
+@dtypes(*FULL)
+def test_output_and_gradients_match_pytorch_attention(kata, rng, gen, dtype, device):
+    for index, case in enumerate(SPEC.cases.cases(rng)):
+        with case.judged():
+            check_function(kata, make_inputs(gen, case, dtype, device), *settings(rng, case, index))
+
+
+@core
 def test_backward_called_directly_returns_one_gradient_per_input(kata, rng, gen):
     """The backward, called through the output's grad_fn, with grad mode off as autograd's
     engine calls it."""
     case = SPEC.cases.random(rng)[1]
     inputs = make_inputs(gen, case, torch.float64, "cpu")
+    text = apply_repr(*inputs[:3], True, None)
 
     def check(implementation) -> dict:
-        leaves = leaves_of(*inputs[:3])
-        call = apply_repr(*leaves, True, None)
-        with torch.enable_grad():
-            output = implementation.AttentionFunction.apply(*leaves, True, None)
-        with torch.no_grad():
-            grads = output.grad_fn.apply(inputs[3].clone())
+        got = backward_called_directly(implementation, *inputs, True, None)
+        if not got["grad_fn"]:
+            raise AssertionError(f"{text} {NO_GRAD_FN}")
+        grads = got["returned"]
         if not isinstance(grads, (tuple, list)) or len(grads) != 5:
             shown = f"({', '.join(map(describe, grads))})" if isinstance(grads, (tuple, list)) else describe(grads)
             raise AssertionError(
-                f"the backward of {call} returned {shown}; expected 5 values, one per forward "
+                f"the backward of {text} returned {shown}; expected 5 values, one per forward "
                 "input: (grad_query, grad_key, grad_value, None, None)"
             )
-        got = dict(zip(NAMES, grads))
-        judge_gradients(f"the backward of {call}", got, inputs, is_causal=True)
-        return got
+        found = dict(zip(GRADIENTS, grads))
+        judge_gradients(f"the backward of {text}", found, sdpa_gradients(*inputs, is_causal=True))
+        return found
 
-    with SPEC.diagnosing(check, sizes(inputs)):
+    with SPEC.diagnosing(check, backward_sizes(inputs)):
         check(kata)
 
 
+@core
 def test_gradcheck_passes_in_float64(kata, rng, gen):
     """Finite differences against the backward, on small float64 inputs (the random draws:
     the edge cases run in the other tests). Fast mode compares random projections of the
@@ -205,60 +246,92 @@ def test_gradcheck_passes_in_float64(kata, rng, gen):
             case |= {name: min(case[name], limit) for name, limit in (("L", 4), ("S", 5), ("E", 4), ("Ev", 3))}
             query, key, value, _ = make_inputs(gen, case, torch.float64, "cpu")
             is_causal, scale = settings(rng, case, index)
-            leaves = leaves_of(query, key, value)
-            call = apply_repr(*leaves, is_causal, scale)
+            text = apply_repr(query, key, value, is_causal, scale)
 
-            def function(q, k, v, is_causal=is_causal, scale=scale):
-                return kata.AttentionFunction.apply(q, k, v, is_causal, scale)
+            def check(implementation, is_causal=is_causal, scale=scale, text=text) -> dict:
+                got = gradchecked(implementation, query, key, value, is_causal, scale)
+                if not got["passed"]:
+                    first = got["error"]
+                    which = re.search(r"with respect to input (\d)", first)
+                    if which:
+                        first += f" ({GRADIENTS[int(which.group(1))]} is off)"
+                    raise AssertionError(f"torch.autograd.gradcheck failed for {text}: {first}")
+                return {}
 
-            try:
-                with SPEC.diagnosing(lambda implementation: gradcheck_of(implementation, leaves, is_causal, scale)):
-                    torch.autograd.gradcheck(function, leaves, fast_mode=True)
-            except GradcheckError as error:
-                first = str(error).strip().splitlines()[0].rstrip(",")
-                which = re.search(r"with respect to input (\d)", first)
-                if which:
-                    first += f" ({NAMES[int(which.group(1))]} is off)"
-                failure = AssertionError(f"torch.autograd.gradcheck failed for {call}: {first}")
-                failure.kata_diagnosis = getattr(error, "kata_diagnosis", [])
-                raise failure from None
+            with SPEC.diagnosing(check):
+                check(kata)
 
 
-def gradcheck_of(implementation, leaves, is_causal, scale) -> dict:
-    """gradcheck of another implementation on the same inputs (for the diagnosis: it fails
-    with the same message, or passes)."""
-    leaves = [leaf.detach().clone().requires_grad_() for leaf in leaves]
-    torch.autograd.gradcheck(
-        lambda q, k, v: implementation.AttentionFunction.apply(q, k, v, is_causal, scale), leaves, fast_mode=True
-    )
-    return {}
+# --------------------------------------------------------------------------- conventions
 
 
-def test_results_follow_the_dtype_and_device_of_the_inputs(kata, rng, gen, other_device):
+@convention("forward keeps the tensors backward needs with ctx.save_for_backward (never as ctx attributes)")
+def test_forward_saves_tensors_for_backward(kata, rng, gen):
+    """Tensors kept for backward go through ctx.save_for_backward, which saved-tensor hooks see."""
     case = SPEC.cases.random(rng)[0]
+    query, key, value, _ = make_inputs(gen, case, torch.float64, "cpu")
+
+    def check(implementation) -> dict:
+        if not saved_for_backward(implementation, query, key, value, True, None):
+            raise AssertionError(
+                f"{apply_repr(query, key, value, True, None)}: forward saved no tensor with ctx.save_for_backward. "
+                "Keep what backward needs with it (not as ctx attributes): autograd then checks that those tensors "
+                "were not modified in place before backward, and frees them with the graph"
+            )
+        return {}
+
+    with SPEC.diagnosing(check):
+        check(kata)
+
+
+@convention("results follow the inputs' device (a causal mask made inside too).")
+def test_results_follow_the_dtype_and_device_of_the_inputs(kata, other_device):
+    """The output and each gradient on the inputs' device, in their dtype, causal."""
+    case = SPEC.cases.edges[0]  # fixed: a verdict on the meta stand-in must not depend on the seed
     for dtype in FULL:
-        inputs = make_inputs(gen, case, dtype, other_device)
-        if other_device != "meta":
-            check_function(kata, inputs, True, None)
-            continue
-        with SPEC.diagnosing(replay(inputs, True, None), sizes(inputs)):
-            call, output, got = call_on_device(
-                lambda inputs=inputs: forward_and_backward(kata, *inputs, True, None), other_device
-            )  # meta tensors have a shape and a device but no values
-            check_tensor_kind(output, torch.empty_like(inputs[3]), call=call, what="an output")
-            for name, like in zip(NAMES, inputs):
-                check_tensor_kind(got[name], torch.empty_like(like), call=f"the backward of {call}", what=name)
+
+        def make(device, dtype=dtype):
+            return make_inputs(torch.Generator().manual_seed(0), case, dtype, device)
+
+        def run(device, check) -> None:
+            inputs = make(device)
+            text = apply_repr(*inputs[:3], True, None)
+            with SPEC.diagnosing(lambda implementation: outcome(implementation, inputs, True, None), case.sizes):
+                check(text, outcome(kata, inputs, True, None))
+
+        def expected(device, make=make) -> dict:
+            inputs = make(device)
+            return {"an output": reference_output(*inputs[:3], True, None)} | sdpa_gradients(*inputs, is_causal=True)
+
+        def compare(got, want, *, call: str, what: str) -> None:
+            table = SINGLE_OP if what == "an output" else GRAD_TOLERANCES
+            assert_close(got, want, call=call, what=what, tolerance=table[core_dtype(want.dtype, False)])
+
+        judge_on_device(run, other_device, expected=expected, compare=compare)
 
 
+@convention("the inputs and grad_output are never changed in place.")
 def test_does_not_modify_its_inputs(kata, rng, gen):
+    """query, key and value after forward and backward, and grad_output after backward, by value."""
     case = SPEC.cases.random(rng)[1]
     inputs = make_inputs(gen, case, torch.float32, "cpu")
     for is_causal, scale in ((False, None), (True, relative_scale(rng, case["E"]))):
-        leaves = leaves_of(*inputs[:3])
-        grad_output = inputs[3].clone()
-        with torch.enable_grad():
-            output = kata.AttentionFunction.apply(*leaves, is_causal, scale)
-        torch.autograd.grad(output, leaves, grad_output, allow_unused=True)
-        call = apply_repr(*leaves, is_causal, scale) + " and its backward"
-        for name, tensor, original in zip(("query", "key", "value", "grad_output"), [*leaves, grad_output], inputs):
-            assert_not_modified(name, tensor.detach(), original, call=call)
+        text = apply_repr(*inputs[:3], is_causal, scale) + " and its backward"
+
+        def check(implementation, is_causal=is_causal, scale=scale, text=text) -> dict:
+            got = outcome(implementation, inputs, is_causal, scale)
+            names = ("query", "key", "value", "grad_output")
+            assert_inputs_unchanged(text, dict(zip(names, inputs)), dict(zip(names, got["inputs"])))
+            return got
+
+        with SPEC.diagnosing(check, backward_sizes(inputs)):
+            check(kata)
+
+
+@convention(FLOAT64_RULE)
+def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
+    """The output and the gradients in float64 held to float64's own tolerances."""
+    for index, case in enumerate(SPEC.cases.cases(rng, 2)):
+        with case.judged():
+            inputs = make_inputs(gen, case, torch.float64, "cpu")
+            check_function(kata, inputs, *settings(rng, case, index), float64_throughout=True)

@@ -22,7 +22,8 @@ figures measured).
 
 Autograd inside the kata, in any form, is refused by the spec's AUTOGRAD rules (the same
 for every backward kata), and so is any result that records a graph: the tests call it
-with tensors that do not require grad.
+with tensors that do not require grad. Every call runs where the kata lives, on copies
+(judge.testing.functions): the references are computed here on the inputs as they were.
 """
 
 import math
@@ -31,17 +32,12 @@ import torch
 import torch.nn.functional as F
 
 from judge.forbidden import AUTOGRAD
-from judge.testing.checks import (
-    assert_close,
-    assert_raises_value_error,
-    call_and_check_inputs,
-    call_on_device,
-    call_repr,
-    check_tensor_kind,
-    describe,
-)
+from judge.testing.checks import assert_close, check_tensor_kind, describe
+from judge.testing.functions import FunctionKata
 from judge.testing.inputs import randn
-from judge.testing.spec import CaseTable, KataSpec, dtypes, edge
+from judge.testing.scenarios import scenario
+from judge.testing.spec import FLOAT64_RULE, CaseTable, KataSpec, core_dtype, dtypes, edge
+from judge.testing.tiers import convention, core
 
 FULL = [torch.float32, torch.float64]
 NAMES = ("grad_x", "grad_w_q", "grad_w_k", "grad_w_v", "grad_w_o")
@@ -64,9 +60,10 @@ GRAD_TOLERANCES = {
 }
 
 
-def grad_tolerance(dtype: torch.dtype, scale: float) -> dict:
-    """One gradient's tolerance: atol per unit of `scale`, the size of the terms it sums."""
-    tolerance = GRAD_TOLERANCES[dtype]
+def grad_tolerance(dtype: torch.dtype, scale: float, *, float64_throughout: bool = False) -> dict:
+    """One gradient's tolerance: atol per unit of `scale`, the size of the terms it sums.
+    A float64 result gets float32's unless float64_throughout (see spec.FLOAT64_RULE)."""
+    tolerance = GRAD_TOLERANCES[core_dtype(dtype, float64_throughout)]
     return {"rtol": tolerance["rtol"], "atol": tolerance["atol"] * scale}
 
 
@@ -115,10 +112,6 @@ def make_args(gen, case, dtype, device) -> dict:
     args["num_heads"] = case["H"]
     args["grad_output"] = randn(gen, B, T, E, dtype=dtype, device=device)
     return args
-
-
-def clones(args: dict) -> dict:
-    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in args.items()}
 
 
 def sizes_of(args: dict) -> dict:
@@ -248,20 +241,24 @@ SPEC = KataSpec(
 
 # --------------------------------------------------------------------------- checks
 
+POSITIONAL = ("x", *WEIGHTS, "num_heads", "grad_output")
 
-def call_kata(kata, args: dict, kwargs: dict) -> tuple[str, dict]:
-    """attention_layer_backward(x, w_q, w_k, w_v, w_o, num_heads, grad_output, **kwargs),
-    checking that no input was modified; the result as a dict."""
-    positional = [args[n] for n in ("x", *WEIGHTS, "num_heads", "grad_output")]
-    call = call_repr("attention_layer_backward", *positional, **kwargs)
-    tensors = {k: v for k, v in args.items() if isinstance(v, torch.Tensor)}
-    result = call_and_check_inputs(lambda: kata.attention_layer_backward(*positional, **kwargs), call, **tensors)
+
+def gradients(result, text: str) -> dict:
+    """The result's form: five gradients, named."""
     if not isinstance(result, (tuple, list)) or len(result) != 5:
         raise AssertionError(
-            f"{call} returned {describe(result)}; expected five gradients "
+            f"{text} returned {describe(result)}; expected five gradients "
             "(grad_x, grad_w_q, grad_w_k, grad_w_v, grad_w_o)"
         )
-    return call, dict(zip(NAMES, result))
+    return dict(zip(NAMES, result))
+
+
+LAYER = FunctionKata(SPEC, outputs=gradients, parameters={"attention_layer_backward": POSITIONAL})
+
+
+def positional(args: dict) -> list:
+    return [args[name] for name in POSITIONAL]
 
 
 HINTS = {
@@ -279,13 +276,13 @@ HINTS = {
 }
 
 
-def judge_gradients(call: str, got: dict, want: dict, scales: dict) -> None:
+def judge_gradients(call: str, got: dict, want: dict, scales: dict, *, float64_throughout: bool = False) -> None:
     """Kinds first (each gradient has the shape of what it is the gradient of), then the
     values in ORDER, with a hint for the first one that is off."""
     for name in NAMES:
         check_tensor_kind(got[name], want[name], call=call, what=name)
     for name in ORDER:
-        tolerance = grad_tolerance(want[name].dtype, scales[name])
+        tolerance = grad_tolerance(want[name].dtype, scales[name], float64_throughout=float64_throughout)
         try:
             assert_close(got[name], want[name], call=call, what=name, tolerance=tolerance)
         except AssertionError as error:
@@ -293,36 +290,34 @@ def judge_gradients(call: str, got: dict, want: dict, scales: dict) -> None:
             raise
 
 
-def replay(args: dict, kwargs: dict):
-    """The same call with another implementation, on copies of the inputs taken now."""
-    originals = clones(args)
-    return lambda implementation: call_kata(implementation, clones(originals), kwargs)[1]
-
-
-def check_gradients(kata, args: dict, attention=sdpa_attention, no_grad=False, **kwargs) -> None:
-    """The learner's gradients against autograd's, computed on the inputs as they were."""
+def check_gradients(kata, args: dict, attention=sdpa_attention, *, float64_throughout=False, **kwargs) -> None:
+    """The learner's gradients (computed where the kata lives, on copies) against autograd's."""
     want = reference_gradients(args, kwargs.get("is_causal", False), attention)
     scales = gradient_scales(args, kwargs.get("is_causal", False))
-    with SPEC.diagnosing(replay(args, kwargs), sizes_of(args)):
-        if no_grad:
-            with torch.no_grad():
-                call, got = call_kata(kata, args, kwargs)
-            call += " under torch.no_grad()"
-        else:
-            call, got = call_kata(kata, args, kwargs)
-        judge_gradients(call, got, want, scales)
+    with LAYER.judging(kata, *positional(args), sizes=sizes_of(args), **kwargs) as call:
+        judge_gradients(call.text, call.outputs, want, scales, float64_throughout=float64_throughout)
 
 
-# --------------------------------------------------------------------------- correctness
+@scenario
+def without_grad(kata, args: list, kwargs: dict):
+    """attention_layer_backward(*args, **kwargs) under torch.no_grad(), as the grader times it."""
+    with torch.no_grad():
+        return kata.attention_layer_backward(*args, **kwargs)
 
 
+# --------------------------------------------------------------------------- core
+
+
+@core
 @dtypes(*FULL)
 def test_gradients_match_autograd_through_the_layer(kata, rng, gen, dtype, device):
+    """is_causal left to its default (False)."""
     for case in CASES.cases(rng):
         with case.judged():
             check_gradients(kata, make_args(gen, case, dtype, device))
 
 
+@core
 @dtypes(*FULL)
 def test_is_causal_lets_position_i_see_positions_0_to_i(kata, rng, gen, dtype, device):
     for case in CASES.cases(rng):
@@ -330,6 +325,7 @@ def test_is_causal_lets_position_i_see_positions_0_to_i(kata, rng, gen, dtype, d
             check_gradients(kata, make_args(gen, case, dtype, device), is_causal=True)
 
 
+@core
 def test_gradients_match_an_eager_autograd_reference(kata, rng, gen, device):
     """The attention written out (softmax of the scaled scores plus a -inf bias), not SDPA."""
     for index, case in enumerate(CASES.random(rng)):
@@ -338,55 +334,83 @@ def test_gradients_match_an_eager_autograd_reference(kata, rng, gen, device):
             check_gradients(kata, args, attention=eager_attention, is_causal=index % 2 == 0)
 
 
-# --------------------------------------------------------------------------- contract
+# --------------------------------------------------------------------------- conventions
 
 
-def test_is_causal_defaults_to_false_and_works_under_no_grad(kata, rng, gen):
+@convention("it works under torch.no_grad() (the gradients come from your own formulas).")
+def test_works_under_no_grad(kata, rng, gen):
     """As the grader times it: no keyword, under torch.no_grad(); the gradients come from
     the learner's own formulas (autograd, in any form, is refused in every test)."""
     for case in CASES.random(rng, 2):
         with case.judged():
-            check_gradients(kata, make_args(gen, case, torch.float64, "cpu"), no_grad=True)
+            args = make_args(gen, case, torch.float64, "cpu")
+            text = LAYER.text("attention_layer_backward", tuple(positional(args)), {}) + " under torch.no_grad()"
+
+            def replay(implementation, args=args, text=text) -> dict:
+                return gradients(without_grad(implementation, positional(args), {}), text)
+
+            want, scales = reference_gradients(args), gradient_scales(args)
+            with SPEC.diagnosing(replay, sizes_of(args)):
+                judge_gradients(text, replay(kata), want, scales)
 
 
+@convention("raise ValueError when E is not divisible by num_heads.")
 def test_e_not_divisible_by_num_heads_raises_value_error(kata, rng, gen):
     H = rng.randint(2, 5)
     E = H * rng.randint(2, 4) + rng.randint(1, H - 1)
     args = make_args(gen, {"B": 2, "T": 3, "E": E, "H": H}, torch.float32, "cpu")
-
-    def check(implementation) -> dict:
-        positional = [args[n] for n in ("x", *WEIGHTS, "num_heads", "grad_output")]
-        assert_raises_value_error(
-            lambda: implementation.attention_layer_backward(*positional),
-            call=call_repr("attention_layer_backward", *positional),
-            reason=f"E {E} cannot be split evenly into {H} heads",
-        )
-        return {}
-
-    with SPEC.diagnosing(check, {"E": E, "H": H}):
-        check(kata)
+    LAYER.assert_raises(kata, ValueError, *positional(args), reason=f"E {E} cannot be split evenly into {H} heads")
 
 
-def test_results_follow_the_dtype_and_device_of_the_inputs(kata, rng, gen, other_device):
+@convention("results follow the device of x (a causal mask made inside too).")
+def test_results_follow_the_dtype_and_device_of_the_inputs(kata, other_device):
     """Each gradient has its input's shape, dtype and device (on "meta" without a GPU: no values)."""
-    case = CASES.random(rng)[0]
+    case = CASES.edges[0]  # fixed: a verdict on the meta stand-in must not depend on the seed
     for dtype in FULL:
-        args = make_args(gen, case, dtype, other_device)
-        if other_device != "meta":
-            check_gradients(kata, args, is_causal=True)
-            continue
-        with SPEC.diagnosing(replay(args, {"is_causal": True}), sizes_of(args)):
-            call, got = call_on_device(lambda args=args: call_kata(kata, args, {"is_causal": True}), other_device)
-            like = {"grad_x": args["x"], **{f"grad_{n}": args[n] for n in WEIGHTS}}
-            for name in NAMES:  # meta tensors have a shape and a device but no values
-                check_tensor_kind(got[name], torch.empty_like(like[name]), call=call, what=name)
+
+        def arguments(device, dtype=dtype) -> dict:
+            return make_args(torch.Generator().manual_seed(0), case, dtype, device)
+
+        def expected(device, arguments=arguments) -> dict:
+            want = reference_gradients(arguments(device), is_causal=True)
+            return {name: want[name] for name in ORDER}
+
+        scales = gradient_scales(arguments("cpu"), is_causal=True)
+
+        def compare(got, want, *, call: str, what: str, scales=scales) -> None:
+            assert_close(got, want, call=call, what=what, tolerance=grad_tolerance(want.dtype, scales[what]))
+
+        LAYER.on_device(
+            kata,
+            other_device,
+            make=lambda device, arguments=arguments: (tuple(positional(arguments(device))), {"is_causal": True}),
+            expected=expected,
+            compare=compare,
+            sizes=dict(case),
+        )
 
 
+@convention("the inputs are never changed in place.")
 def test_does_not_modify_its_inputs(kata, rng, gen):
-    """call_kata checks it in every test; here in both dtypes, causal and not."""
+    """Every tensor argument, by value, in both dtypes, causal and not."""
     case = CASES.random(rng)[1]
     for dtype in FULL:
         for kwargs in ({}, {"is_causal": True}):
-            args = make_args(gen, case, dtype, "cpu")
-            with SPEC.diagnosing(replay(args, kwargs), sizes_of(args)):
-                call_kata(kata, args, kwargs)
+            args = positional(make_args(gen, case, dtype, "cpu"))
+
+            def check(implementation, args=args, kwargs=kwargs) -> dict:
+                call = LAYER.call(implementation, *args, **kwargs)
+                LAYER.assert_inputs_unchanged(call, tuple(args), {})
+                return call.outputs
+
+            with SPEC.diagnosing(check, dict(case)):
+                check(kata)
+
+
+@convention(FLOAT64_RULE)
+def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
+    """float64 gradients held to float64's own tolerance, causal and not."""
+    for index, case in enumerate(CASES.cases(rng, 2)):
+        with case.judged():
+            args = make_args(gen, case, torch.float64, "cpu")
+            check_gradients(kata, args, float64_throughout=True, is_causal=index % 2 == 1)

@@ -4,16 +4,19 @@ batch_first=True) with a causal mask.
 Every parameter of the reference is random (LayerNorm weights and biases included) and is
 copied into the learner's GPT-2 names: norm1 -> ln_1, self_attn -> attn (its packed
 in_proj split into q_proj, k_proj, v_proj), norm2 -> ln_2, linear1 -> mlp.up_proj,
-linear2 -> mlp.down_proj. The reference runs in float64 (see judge.testing.modules).
+linear2 -> mlp.down_proj. The reference runs in float64 (see judge.testing.modules); the
+learner's block is built from a recipe and called where the kata lives.
 """
 
 import torch
 from torch import nn
 
 from judge.forbidden import ATTENTION
-from judge.testing import modules_mirrored as modules
+from judge.testing import modules
+from judge.testing.checks import call_repr, check_tensor_kind
+from judge.testing.diagnosis import diagnosing
 from judge.testing.inputs import as_float_mask, causal_blocked, padding_mask, randn
-from judge.testing.modules_mirrored import (
+from judge.testing.modules import (
     CASES,
     MODULE_TOLERANCES,
     ModuleKata,
@@ -22,10 +25,13 @@ from judge.testing.modules_mirrored import (
     defined_rows,
     renamed,
 )
-from judge.testing.spec import KataSpec, dtypes
+from judge.testing.scenarios import scenario
+from judge.testing.spec import FLOAT64_RULE, KataSpec, dtypes
+from judge.testing.tiers import convention, core
 
 FULL = [torch.float32, torch.float64]
 HALF = [torch.float16, torch.bfloat16]
+DROPOUT = "dropout: ... in train() mode only; eval() disables it."
 GPT2_NAMES = {"norm1": "ln_1", "norm2": "ln_2", "linear1": "mlp.up_proj", "linear2": "mlp.down_proj"}
 
 
@@ -63,6 +69,23 @@ def pytorch_module(case, options):
     )
 
 
+def call_attention_as_the_block_does(attn, args: list, kwargs: dict):
+    """The learner's attn called as its block calls it, attn(x, key_padding_mask), on the
+    input PyTorch's self_attn got. PyTorch made a boolean key_padding_mask a 0/-inf float
+    one: it becomes True = padding again, so a slip in the polarity shows in attn itself.
+    The causal mask PyTorch got is left out: attn makes its own."""
+    padding = kwargs.get("key_padding_mask")
+    blocked = float("-inf")
+    if padding is not None and padding.is_floating_point() and bool(((padding == 0) | (padding == blocked)).all()):
+        padding = padding == blocked
+    return attn(args[0], padding)
+
+
+def call_mlp(mlp, args: list, kwargs: dict):
+    """The learner's mlp on the input PyTorch's linear1 got (compared with linear2's output)."""
+    return mlp(args[0])
+
+
 BLOCK = ModuleKata(
     kata="causal_lm_block",
     cls="CausalLMBlock",
@@ -73,8 +96,8 @@ BLOCK = ModuleKata(
     arguments=lambda case, options: ({"d_model": case["E"], "num_heads": case["H"]}, options),
     forward=reference_forward,
     probes=(
-        Probe("attn", "self_attn", lambda attn, args, kw: attn(args[0], kw.get("key_padding_mask"))),
-        Probe("mlp", "linear1", lambda mlp, args, kw: mlp(args[0]), output_of="linear2"),
+        Probe("attn", "self_attn", call_attention_as_the_block_does),
+        Probe("mlp", "linear1", call_mlp, output_of="linear2"),
     ),
 )
 
@@ -89,7 +112,7 @@ def benchmark(kata, device):
         C, H, 4 * C, dropout=0.0, activation="gelu", batch_first=True, norm_first=True, device=device
     ).eval()
     module = kata.CausalLMBlock(C, H)
-    modules.load_parameters(module, parameters(reference), what=BLOCK.cls, asks=BLOCK.asks)
+    modules.load_state(module, parameters(reference))
     module.to(device).eval()
     x = randn(torch.Generator().manual_seed(0), B, T, C, device=device)
     mask = nn.Transformer.generate_square_subsequent_mask(T, device=torch.device(device))
@@ -108,128 +131,177 @@ SPEC = KataSpec(
 )
 
 
-def build(kata, gen, rng, case, dtype=torch.float32, device="cpu", *, defaults=False, dropout=0.0, bias=None):
-    """The learner's block and the float64 reference. Non-default d_ff and eps unless
-    `defaults`; then only (d_model, num_heads) are passed and the block stays in train()
-    mode, which with the default dropout 0 changes nothing."""
+def build(gen, rng, case, dtype=torch.float32, device="cpu", *, defaults=False, dropout=0.0, bias=None):
+    """The recipe of the learner's block and the float64 reference. Non-default d_ff and eps
+    unless `defaults`; then only (d_model, num_heads) are passed and the block stays in
+    train() mode, which with the default dropout 0 changes nothing."""
     bias = rng.random() < 0.7 if bias is None else bias
     options = {} if defaults else {"d_ff": case["F"], "layer_norm_eps": rng.choice(modules.NON_DEFAULT_EPS)}
     options |= ({"dropout": dropout} if dropout else {}) | ({} if bias else {"bias": False})
-    return modules.build(BLOCK, kata, gen, case, options, dtype, device, train=defaults)
+    return modules.build(BLOCK, gen, case, options, dtype, device, train=defaults)
 
 
 def inputs(gen, case, dtype=torch.float32, device="cpu") -> dict:
     return {"x": randn(gen, case["B"], case["L"], case["E"], dtype=dtype, device=device)}
 
 
-def check(built, x, **kwargs):
-    modules.check(BLOCK, built, x, **kwargs)
+def check(kata, built, x, **kwargs):
+    modules.check(BLOCK, kata, built, x, **kwargs)
 
 
+@scenario
+def before_and_after(kata, recipe: dict, x, changed) -> dict:
+    """One block called on x, then on x changed from some position on: both outputs."""
+    module, problem = modules.made(kata, recipe)
+    if problem:
+        return problem
+    return {"before": module(x), "after": module(changed)}
+
+
+@core
 @dtypes(*FULL)
 def test_matches_pre_norm_transformer_encoder_layer_with_a_causal_mask(kata, rng, gen, dtype, device):
     for case in CASES.cases(rng, edges=dtype == torch.float64):
         with case.judged():
-            check(build(kata, gen, rng, case, dtype, device), inputs(gen, case, dtype, device))
+            check(kata, build(gen, rng, case, dtype, device), inputs(gen, case, dtype, device))
 
 
+@core
 @dtypes(*FULL)
 def test_key_padding_mask_true_ignores_that_key(kata, rng, gen, dtype, device):
     """[B, T], right-padded, a different length per batch row."""
     for case in CASES.cases(rng, edges=dtype == torch.float64):
         with case.judged():
-            built = build(kata, gen, rng, case, dtype, device)
+            built = build(gen, rng, case, dtype, device)
             padding = padding_mask(gen, case["B"], case["L"], right_only=True).to(device)
-            check(built, inputs(gen, case, dtype, device), key_padding_mask=padding)
+            check(kata, built, inputs(gen, case, dtype, device), key_padding_mask=padding)
 
 
+@core
 @dtypes(*FULL)
 def test_float_key_padding_mask_is_added_to_the_scores(kata, rng, gen, dtype):
     for case in CASES.random(rng, 2):
         with case.judged():
-            built = build(kata, gen, rng, case, dtype)
+            built = build(gen, rng, case, dtype)
             padding = as_float_mask(gen, padding_mask(gen, case["B"], case["L"], right_only=True), dtype)
-            check(built, inputs(gen, case, dtype), key_padding_mask=padding)
+            check(kata, built, inputs(gen, case, dtype), key_padding_mask=padding)
 
 
-def test_defaults_are_d_ff_4_d_model_no_dropout_and_eps_1e_5(kata, rng, gen):
-    """CausalLMBlock(d_model, num_heads) in train() mode: the defaults must hold."""
-    for case in CASES.random(rng, 2):
-        with case.judged():
-            check(build(kata, gen, rng, case, defaults=True), inputs(gen, case))
-
-
-@dtypes(*HALF)
-def test_works_in_half_precision(kata, rng, gen, dtype):
-    for case in CASES.random(rng, 2):
-        with case.judged():
-            built = build(kata, gen, rng, case, dtype)
-            padding = padding_mask(gen, case["B"], case["L"], right_only=True)
-            check(built, inputs(gen, case, dtype), key_padding_mask=padding)
-
-
+@core
 def test_later_positions_do_not_change_earlier_outputs(kata, rng, gen):
     """Causality on its own: change x from position t on; outputs before t must not move."""
     case = CASES.random(rng)[1]
-    built = build(kata, gen, rng, case)
-    x = inputs(gen, case)
+    built = build(gen, rng, case)
+    x = inputs(gen, case)["x"]
     T = case["L"]
     t = rng.randrange(1, T)
-    changed = {"x": x["x"].clone()}
-    changed["x"][:, t:] = randn(gen, case["B"], T - t, case["E"])
-    call, before = modules.call(BLOCK, built, x)
-    _, after = modules.call(BLOCK, built, changed)
-    moved = (before["output"][:, :t] - after["output"][:, :t]).abs().amax(dim=(0, 2))
-    moved = moved > MODULE_TOLERANCES[torch.float32]["atol"]
-    if moved.any():
-        p = int(moved.nonzero()[0])
-        raise AssertionError(
-            f"{call}: changing x at positions {t}..{T - 1} only changed the output at position {p} < {t}; "
-            "position p may attend to positions 0..p only (block key j > query i)"
-        )
+    changed = x.clone()
+    changed[:, t:] = randn(gen, case["B"], T - t, case["E"])
+    call = call_repr(built.name, x)
+
+    def earlier_outputs_stay(implementation) -> dict:
+        got = modules.built_module(BLOCK, built, before_and_after(implementation, built.recipe, x, changed))
+        before, after = got["before"], got["after"]
+        for output in (before, after):
+            check_tensor_kind(output, x, call=call, what="output")
+        moved = (before[:, :t] - after[:, :t]).abs().amax(dim=(0, 2)) > MODULE_TOLERANCES[torch.float32]["atol"]
+        if moved.any():
+            p = int(moved.nonzero()[0])
+            raise AssertionError(
+                f"{call}: changing x at positions {t}..{T - 1} only changed the output at position {p} < {t}; "
+                "position p may attend to positions 0..p only (block key j > query i)"
+            )
+        return {}
+
+    with case.judged(), diagnosing(BLOCK.kata, earlier_outputs_stay, case):
+        earlier_outputs_stay(kata)
 
 
-def test_eval_mode_disables_dropout(kata, rng, gen):
-    for case in CASES.random(rng, 2):
-        with case.judged():
-            check(build(kata, gen, rng, case, dropout=0.5), inputs(gen, case))
-
-
-def test_train_mode_applies_dropout(kata, rng, gen, seed):
-    case = CASES.random(rng)[1]
-    built = build(kata, gen, rng, case, dropout=0.5)
-    modules.check_dropout_in_train_mode(BLOCK, built, inputs(gen, case), seed)
-
-
-def test_d_model_not_divisible_by_num_heads_raises_value_error(kata, rng):
-    modules.check_heads_must_divide(BLOCK, kata, rng, "d_model", "num_heads")
-
-
+@core
 def test_has_the_submodules_of_a_gpt2_block(kata, rng, gen):
     """ln_1, attn.{q,k,v,out}_proj, ln_2, mlp.{up,down}_proj, with biases exactly when bias=True."""
     case = CASES.random(rng)[1]
     for bias in (True, False):
-        build(kata, gen, rng, case, bias=bias)
+        check(kata, build(gen, rng, case, bias=bias), inputs(gen, case))
 
 
+@core
 def test_writes_its_own_attention(kata, rng, gen):
     """The spec's forbidden rules refuse PyTorch's attention while the kata runs; every path
-    of forward runs here."""
+    of forward runs here, in eval() and train() mode."""
     case = CASES.random(rng)[1]
-    built = build(kata, gen, rng, case, dropout=0.1)
+    built = build(gen, rng, case, dropout=0.1)
     x = inputs(gen, case)
     padding = padding_mask(gen, case["B"], case["L"], right_only=True)
-    for mode in (built.module.eval, built.module.train):
-        mode()
-        modules.call(BLOCK, built, x)
-        modules.call(BLOCK, built, x, key_padding_mask=padding)
+    for train in (False, True):
+        modules.call(BLOCK, kata, built.mode(train), x)
+        modules.call(BLOCK, kata, built.mode(train), x, key_padding_mask=padding)
 
 
-def test_results_follow_the_device_of_the_inputs(kata, rng, gen, other_device):
-    """The causal mask made inside forward must be made on the input's device."""
+@convention("the defaults: d_ff=4 * d_model, dropout=0.0, layer_norm_eps=1e-5.")
+def test_defaults_are_d_ff_4_d_model_no_dropout_and_eps_1e_5(kata, rng, gen):
+    """CausalLMBlock(d_model, num_heads) in train() mode: the defaults must hold."""
+    for case in CASES.random(rng, 2):
+        with case.judged():
+            check(kata, build(gen, rng, case, defaults=True), inputs(gen, case))
+
+
+@convention("float16 and bfloat16 work: a blocked score is -inf, not -1e9 (out of float16's range).")
+@dtypes(*HALF)
+def test_works_in_half_precision(kata, rng, gen, dtype):
+    for case in CASES.random(rng, 2):
+        with case.judged():
+            built = build(gen, rng, case, dtype)
+            padding = padding_mask(gen, case["B"], case["L"], right_only=True)
+            check(kata, built, inputs(gen, case, dtype), key_padding_mask=padding)
+
+
+@convention(FLOAT64_RULE)
+def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
+    for case in CASES.cases(rng, 2):
+        with case.judged():
+            built = build(gen, rng, case, torch.float64)
+            padding = padding_mask(gen, case["B"], case["L"], right_only=True)
+            check(kata, built, inputs(gen, case, torch.float64), key_padding_mask=padding, float64_throughout=True)
+
+
+@convention(DROPOUT)
+def test_eval_mode_disables_dropout(kata, rng, gen):
+    for case in CASES.random(rng, 2):
+        with case.judged():
+            check(kata, build(gen, rng, case, dropout=0.5), inputs(gen, case))
+
+
+@convention("dropout: ... in train() mode only")
+def test_train_mode_applies_dropout(kata, rng, gen):
     case = CASES.random(rng)[1]
-    built = build(kata, gen, rng, case, device=other_device)
-    padding = padding_mask(gen, case["B"], case["L"], right_only=True).to(other_device)
-    modules.check_on_device(
-        BLOCK, built, case, inputs(gen, case, device=other_device), other_device, key_padding_mask=padding
-    )
+    modules.check_dropout_in_train_mode(BLOCK, kata, build(gen, rng, case, dropout=0.5), inputs(gen, case))
+
+
+@convention("raise ValueError when d_model is not divisible by num_heads.")
+def test_d_model_not_divisible_by_num_heads_raises_value_error(kata, rng):
+    modules.check_heads_must_divide(BLOCK, kata, rng, "d_model", "num_heads")
+
+
+@convention("results follow the input's device (the causal mask made inside forward too).")
+def test_results_follow_the_device_of_the_inputs(kata, other_device):
+    """The causal mask made inside forward must be made on the input's device."""
+    case = CASES.edges[0]  # fixed: a verdict on the meta stand-in must not depend on the seed
+
+    def make(gen, device):
+        padding = padding_mask(gen, case["B"], case["L"], right_only=True).to(device)
+        return inputs(gen, case, device=device), {"key_padding_mask": padding}
+
+    modules.check_on_device(BLOCK, kata, case, {"d_ff": case["F"]}, other_device, make)
+
+
+@convention("the input and the mask are never changed in place.")
+def test_does_not_modify_its_inputs(kata, rng, gen):
+    """A boolean and a float key_padding_mask."""
+    case = CASES.random(rng)[1]
+    built = build(gen, rng, case)
+    x = inputs(gen, case)
+    padding = padding_mask(gen, case["B"], case["L"], right_only=True)
+    modules.assert_inputs_left_alone(BLOCK, kata, built, x, key_padding_mask=padding)
+    padding = as_float_mask(gen, padding, torch.float32)
+    modules.assert_inputs_left_alone(BLOCK, kata, built, x, key_padding_mask=padding)

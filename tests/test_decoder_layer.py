@@ -4,7 +4,8 @@ Every parameter of the reference is random (LayerNorm weights and biases include
 copied by PyTorch's own names, the packed in_proj of self_attn and multihead_attn split
 into q_proj, k_proj and v_proj. The memory is longer or shorter than the target (S != T).
 Both norm_first settings and both activations are judged, with a non-default
-layer_norm_eps. The reference runs in float64 (see judge.testing.modules).
+layer_norm_eps. The reference runs in float64 (see judge.testing.modules); the learner's
+layer is built from a recipe and called where the kata lives.
 """
 
 import pytest
@@ -12,24 +13,30 @@ import torch
 from torch import nn
 
 from judge.forbidden import ATTENTION
-from judge.testing import modules_mirrored as modules
-from judge.testing.inputs import as_float_mask, blocked_mask, padding_mask, randn
-from judge.testing.modules_mirrored import (
+from judge.testing import modules
+from judge.testing.inputs import as_float_mask, blocked_mask, causal_blocked, padding_mask, randn
+from judge.testing.modules import (
     CASES,
     LAYER_TOLERANCES,
     ModuleKata,
+    Probe,
     attention_parameters,
-    attention_probe,
     defined_rows,
     reference_masks,
     renamed,
 )
-from judge.testing.spec import KataSpec, dtypes
+from judge.testing.spec import FLOAT64_RULE, KataSpec, dtypes
+from judge.testing.tiers import convention, core
 
 FULL = [torch.float32, torch.float64]
 HALF = [torch.float16, torch.bfloat16]
 LAYOUTS = pytest.mark.parametrize("norm_first", [False, True], ids=["post_norm", "pre_norm"])
 ACTIVATIONS = pytest.mark.parametrize("activation", ["relu", "gelu"])
+DROPOUT = "dropout: ... in train() mode only; eval() disables it."
+DEFAULTS = (
+    'the defaults are PyTorch\'s: dim_feedforward=2048, dropout=0.1, activation="relu", '
+    "layer_norm_eps=1e-5, norm_first=False."
+)
 
 
 def parameters(reference: nn.TransformerDecoderLayer) -> dict[str, torch.Tensor]:
@@ -71,6 +78,31 @@ def pytorch_module(case, options):
     )
 
 
+def call_attention_as_the_layer_does(attention, args: list, kwargs: dict):
+    """The learner's self_attn or multihead_attn called as its layer calls it (query, key,
+    value, attn_mask, key_padding_mask, is_causal), on the inputs PyTorch's got, given back
+    in the kata's terms: 0/-inf float masks become True = blocked again, and a mask that
+    blocks every key j > i becomes is_causal=True plus what it blocks besides. The same
+    attention for a right implementation; a slip in its own mask handling (polarity, the
+    causal diagonal) shows here instead of passing for a slip in how the layer is put
+    together."""
+    query, key = args[0], args[1]
+    masks = []
+    for mask in (kwargs.get("attn_mask"), kwargs.get("key_padding_mask")):
+        if mask is not None and mask.is_floating_point() and bool(((mask == 0) | (mask == float("-inf"))).all()):
+            mask = mask == float("-inf")
+        masks.append(mask)
+    attn_mask, key_padding_mask = masks
+    is_causal = False
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        future = causal_blocked(query.size(1), key.size(1)).to(attn_mask.device)
+        if bool(attn_mask[future].all()):
+            rest = attn_mask & ~future
+            attn_mask, is_causal = (rest if bool(rest.any()) else None), True
+    out = attention(query, key, args[2], attn_mask, key_padding_mask, is_causal)
+    return out[0] if isinstance(out, tuple) else out
+
+
 DECODER = ModuleKata(
     kata="decoder_layer",
     cls="TransformerDecoderLayer",
@@ -81,7 +113,10 @@ DECODER = ModuleKata(
     arguments=lambda case, options: ({"d_model": case["E"], "nhead": case["H"]}, options),
     forward=reference_forward,
     tolerances=LAYER_TOLERANCES,
-    probes=(attention_probe("self_attn"), attention_probe("multihead_attn")),
+    probes=(
+        Probe("self_attn", "self_attn", call_attention_as_the_layer_does),
+        Probe("multihead_attn", "multihead_attn", call_attention_as_the_layer_does),
+    ),
 )
 
 
@@ -94,7 +129,7 @@ def benchmark(kata, device):
     B, T, S, E, H = 8, 128, 128, 512, 8
     reference = nn.TransformerDecoderLayer(E, H, batch_first=True, device=device).eval()
     module = kata.TransformerDecoderLayer(E, H)
-    modules.load_parameters(module, parameters(reference), what=DECODER.cls, asks=DECODER.asks)
+    modules.load_state(module, parameters(reference))
     module.to(device).eval()
     gen = torch.Generator().manual_seed(0)
     tgt, memory = randn(gen, B, T, E, device=device), randn(gen, B, S, E, device=device)
@@ -116,10 +151,11 @@ SPEC = KataSpec(
 )
 
 
-def build(kata, gen, rng, case, dtype=torch.float32, device="cpu", *, defaults=False, dropout=0.0, **chosen):
-    """The learner's layer (eval() mode) and the float64 reference (see modules.layer_options)."""
+def build(gen, rng, case, dtype=torch.float32, device="cpu", *, defaults=False, dropout=0.0, **chosen):
+    """The recipe of the learner's layer (eval() mode) and the float64 reference (see
+    modules.layer_options)."""
     options = modules.layer_options(rng, case, defaults=defaults, dropout=dropout, **chosen)
-    built = modules.build(DECODER, kata, gen, case, options, dtype, device)
+    built = modules.build(DECODER, gen, case, options, dtype, device)
     built.name += ".eval()" if defaults else ""
     return built
 
@@ -130,51 +166,55 @@ def inputs(gen, case, dtype=torch.float32, device="cpu") -> dict:
     return {"tgt": tgt, "memory": randn(gen, case["B"], case["S"], case["E"], dtype=dtype, device=device)}
 
 
-def check(built, tensors, **kwargs):
-    modules.check(DECODER, built, tensors, **kwargs)
+def check(kata, built, tensors, **kwargs):
+    modules.check(DECODER, kata, built, tensors, **kwargs)
 
 
+@core
 @LAYOUTS
 @ACTIVATIONS
 @dtypes(*FULL)
 def test_matches_nn_transformer_decoder_layer(kata, rng, gen, norm_first, activation, dtype, device):
     for case in CASES.cases(rng, edges=dtype == torch.float64):
         with case.judged():
-            built = build(kata, gen, rng, case, dtype, device, norm_first=norm_first, activation=activation)
-            check(built, inputs(gen, case, dtype, device))
+            built = build(gen, rng, case, dtype, device, norm_first=norm_first, activation=activation)
+            check(kata, built, inputs(gen, case, dtype, device))
 
 
+@core
 @dtypes(*FULL)
 def test_tgt_masks_true_block_self_attention(kata, rng, gen, dtype, device):
     """tgt_mask [T, T] alone, then with tgt_key_padding_mask [B, T] (a different length per row)."""
     for case in CASES.cases(rng, edges=dtype == torch.float64):
         with case.judged():
-            built = build(kata, gen, rng, case, dtype, device)
+            built = build(gen, rng, case, dtype, device)
             tensors = inputs(gen, case, dtype, device)
             mask = blocked_mask(gen, case["L"], case["L"]).to(device)
-            check(built, tensors, tgt_mask=mask)
+            check(kata, built, tensors, tgt_mask=mask)
             padding = padding_mask(gen, case["B"], case["L"]).to(device)
-            check(built, tensors, tgt_mask=mask, tgt_key_padding_mask=padding)
+            check(kata, built, tensors, tgt_mask=mask, tgt_key_padding_mask=padding)
 
 
+@core
 @dtypes(*FULL)
 def test_memory_masks_true_block_cross_attention(kata, rng, gen, dtype, device):
     """memory_key_padding_mask [B, S] (a different length per row) alone, then with memory_mask [T, S]."""
     for case in CASES.cases(rng, edges=dtype == torch.float64):
         with case.judged():
-            built = build(kata, gen, rng, case, dtype, device)
+            built = build(gen, rng, case, dtype, device)
             tensors = inputs(gen, case, dtype, device)
             padding = padding_mask(gen, case["B"], case["S"]).to(device)
-            check(built, tensors, memory_key_padding_mask=padding)
+            check(kata, built, tensors, memory_key_padding_mask=padding)
             mask = blocked_mask(gen, case["L"], case["S"]).to(device)
-            check(built, tensors, memory_mask=mask, memory_key_padding_mask=padding)
+            check(kata, built, tensors, memory_mask=mask, memory_key_padding_mask=padding)
 
 
+@core
 @dtypes(*FULL)
 def test_float_masks_are_added_to_the_scores(kata, rng, gen, dtype):
     for case in CASES.random(rng, 2):
         with case.judged():
-            built = build(kata, gen, rng, case, dtype)
+            built = build(gen, rng, case, dtype)
             T, S, B = case["L"], case["S"], case["B"]
             masks = {
                 "tgt_mask": as_float_mask(gen, blocked_mask(gen, T, T), dtype),
@@ -182,94 +222,67 @@ def test_float_masks_are_added_to_the_scores(kata, rng, gen, dtype):
                 "tgt_key_padding_mask": as_float_mask(gen, padding_mask(gen, B, T), dtype),
                 "memory_key_padding_mask": as_float_mask(gen, padding_mask(gen, B, S), dtype),
             }
-            check(built, inputs(gen, case, dtype), **masks)
+            check(kata, built, inputs(gen, case, dtype), **masks)
 
 
+@core
 @dtypes(*FULL)
 def test_tgt_is_causal_applies_a_causal_mask_by_itself(kata, rng, gen, dtype, device):
     """No tgt_mask needed (PyTorch's layer would want one); with padding on both sides."""
     for case in CASES.cases(rng, edges=dtype == torch.float64):
         with case.judged():
-            built = build(kata, gen, rng, case, dtype, device)
+            built = build(gen, rng, case, dtype, device)
             tensors = inputs(gen, case, dtype, device)
-            check(built, tensors, tgt_is_causal=True)
+            check(kata, built, tensors, tgt_is_causal=True)
             paddings = {
                 "tgt_key_padding_mask": padding_mask(gen, case["B"], case["L"], right_only=True).to(device),
                 "memory_key_padding_mask": padding_mask(gen, case["B"], case["S"]).to(device),
             }
-            check(built, tensors, tgt_is_causal=True, **paddings)
+            check(kata, built, tensors, tgt_is_causal=True, **paddings)
 
 
+@core
 @dtypes(*FULL)
 def test_memory_is_causal_applies_a_causal_mask_to_the_memory(kata, rng, gen, dtype):
     """Target position i sees memory positions 0..i (top-left aligned, T != S)."""
     for case in CASES.cases(rng, edges=dtype == torch.float64):
         with case.judged():
-            check(build(kata, gen, rng, case, dtype), inputs(gen, case, dtype), memory_is_causal=True)
+            check(kata, build(gen, rng, case, dtype), inputs(gen, case, dtype), memory_is_causal=True)
 
 
+@core
 @dtypes(*FULL)
 def test_is_causal_and_masks_both_apply(kata, rng, gen, dtype):
     """tgt_is_causal with tgt_mask, memory_is_causal with memory_mask: a key is blocked when
     either blocks it (boolean and float masks)."""
     for case in CASES.random(rng, 2):
         with case.judged():
-            built = build(kata, gen, rng, case, dtype)
+            built = build(gen, rng, case, dtype)
             tensors = inputs(gen, case, dtype)
             T, S = case["L"], case["S"]
             tgt_mask, memory_mask = blocked_mask(gen, T, T), blocked_mask(gen, T, S)
-            check(built, tensors, tgt_mask=tgt_mask, tgt_is_causal=True)
-            check(built, tensors, memory_mask=memory_mask, memory_is_causal=True)
+            check(kata, built, tensors, tgt_mask=tgt_mask, tgt_is_causal=True)
+            check(kata, built, tensors, memory_mask=memory_mask, memory_is_causal=True)
             floats = {
                 "tgt_mask": as_float_mask(gen, tgt_mask, dtype),
                 "memory_mask": as_float_mask(gen, memory_mask, dtype),
             }
-            check(built, tensors, tgt_is_causal=True, memory_is_causal=True, **floats)
+            check(kata, built, tensors, tgt_is_causal=True, memory_is_causal=True, **floats)
 
 
-def test_defaults_match_pytorchs(kata, rng, gen):
-    """TransformerDecoderLayer(d_model, nhead): dim_feedforward 2048, ReLU, post-norm, eps 1e-5,
-    and dropout 0.1, inactive in eval()."""
-    case = CASES.random(rng)[1]
-    check(build(kata, gen, rng, case, defaults=True), inputs(gen, case))
-
-
-@dtypes(*HALF)
-def test_works_in_half_precision(kata, rng, gen, dtype):
-    for case in CASES.random(rng, 2):
-        with case.judged():
-            built = build(kata, gen, rng, case, dtype)
-            padding = padding_mask(gen, case["B"], case["S"])
-            check(built, inputs(gen, case, dtype), tgt_is_causal=True, memory_key_padding_mask=padding)
-
-
-def test_eval_mode_disables_dropout(kata, rng, gen):
-    for case in CASES.random(rng, 2):
-        with case.judged():
-            check(build(kata, gen, rng, case, dropout=0.5), inputs(gen, case), tgt_is_causal=True)
-
-
-def test_train_mode_applies_dropout(kata, rng, gen, seed):
-    case = CASES.random(rng)[1]
-    built = build(kata, gen, rng, case, dropout=0.5)
-    modules.check_dropout_in_train_mode(DECODER, built, inputs(gen, case), seed)
-
-
-def test_d_model_not_divisible_by_nhead_raises_value_error(kata, rng):
-    modules.check_heads_must_divide(DECODER, kata, rng, "d_model", "nhead", dim_feedforward=lambda E: 2 * E)
-
-
+@core
 def test_has_the_submodules_of_nn_transformer_decoder_layer(kata, rng, gen):
     """self_attn, multihead_attn (q, k, v, out projections), linear1, linear2, norm1..3,
     with biases exactly when bias=True."""
     case = CASES.random(rng)[1]
     for bias in (True, False):
-        build(kata, gen, rng, case, bias=bias)
+        check(kata, build(gen, rng, case, bias=bias), inputs(gen, case))
 
 
+@core
 def test_writes_its_own_attention(kata, rng, gen):
     """The spec's forbidden rules refuse PyTorch's attention while the kata runs; every path
-    of forward runs here."""
+    of forward runs here, in eval() and train() mode."""
     case = CASES.random(rng)[1]
     tensors = inputs(gen, case)
     paddings = {
@@ -277,18 +290,90 @@ def test_writes_its_own_attention(kata, rng, gen):
         "memory_key_padding_mask": padding_mask(gen, case["B"], case["S"]),
     }
     for norm_first in (False, True):
-        built = build(kata, gen, rng, case, dropout=0.1, norm_first=norm_first)
-        for mode in (built.module.eval, built.module.train):
-            mode()
-            modules.call(DECODER, built, tensors)
-            modules.call(DECODER, built, tensors, tgt_is_causal=True, memory_is_causal=True, **paddings)
+        built = build(gen, rng, case, dropout=0.1, norm_first=norm_first)
+        for train in (False, True):
+            modules.call(DECODER, kata, built.mode(train), tensors)
+            causal = {"tgt_is_causal": True, "memory_is_causal": True}
+            modules.call(DECODER, kata, built.mode(train), tensors, **causal, **paddings)
 
 
-def test_results_follow_the_device_of_the_inputs(kata, rng, gen, other_device):
-    """Causal masks made inside forward must be made on the inputs' device."""
+@convention(DEFAULTS)
+def test_defaults_match_pytorchs(kata, rng, gen):
+    """TransformerDecoderLayer(d_model, nhead): dim_feedforward 2048, ReLU, post-norm, eps 1e-5,
+    and dropout 0.1, inactive in eval()."""
     case = CASES.random(rng)[1]
-    built = build(kata, gen, rng, case, device=other_device)
-    tensors = inputs(gen, case, device=other_device)
-    padding = padding_mask(gen, case["B"], case["S"]).to(other_device)
-    kwargs = {"memory_key_padding_mask": padding, "tgt_is_causal": True, "memory_is_causal": True}
-    modules.check_on_device(DECODER, built, case, tensors, other_device, **kwargs)
+    check(kata, build(gen, rng, case, defaults=True), inputs(gen, case))
+
+
+@convention("float16 and bfloat16 work: a blocked score is -inf, not -1e9 (out of float16's range).")
+@dtypes(*HALF)
+def test_works_in_half_precision(kata, rng, gen, dtype):
+    for case in CASES.random(rng, 2):
+        with case.judged():
+            built = build(gen, rng, case, dtype)
+            padding = padding_mask(gen, case["B"], case["S"])
+            check(kata, built, inputs(gen, case, dtype), tgt_is_causal=True, memory_key_padding_mask=padding)
+
+
+@convention(FLOAT64_RULE)
+def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
+    for case in CASES.cases(rng, 2):
+        with case.judged():
+            built = build(gen, rng, case, torch.float64)
+            paddings = {
+                "tgt_key_padding_mask": padding_mask(gen, case["B"], case["L"], right_only=True),
+                "memory_key_padding_mask": padding_mask(gen, case["B"], case["S"]),
+            }
+            tensors = inputs(gen, case, torch.float64)
+            check(kata, built, tensors, tgt_is_causal=True, float64_throughout=True, **paddings)
+
+
+@convention(DROPOUT)
+def test_eval_mode_disables_dropout(kata, rng, gen):
+    for case in CASES.random(rng, 2):
+        with case.judged():
+            check(kata, build(gen, rng, case, dropout=0.5), inputs(gen, case), tgt_is_causal=True)
+
+
+@convention("dropout: ... in train() mode only")
+def test_train_mode_applies_dropout(kata, rng, gen):
+    case = CASES.random(rng)[1]
+    modules.check_dropout_in_train_mode(DECODER, kata, build(gen, rng, case, dropout=0.5), inputs(gen, case))
+
+
+@convention("raise ValueError when d_model is not divisible by nhead.")
+def test_d_model_not_divisible_by_nhead_raises_value_error(kata, rng):
+    modules.check_heads_must_divide(DECODER, kata, rng, "d_model", "nhead", dim_feedforward=lambda E: 2 * E)
+
+
+@convention("results follow the inputs' device (causal masks made inside forward too).")
+def test_results_follow_the_device_of_the_inputs(kata, other_device):
+    """Causal masks made inside forward must be made on the inputs' device."""
+    case = CASES.edges[0]  # fixed: a verdict on the meta stand-in must not depend on the seed
+
+    def make(gen, device):
+        padding = padding_mask(gen, case["B"], case["S"]).to(device)
+        kwargs = {"memory_key_padding_mask": padding, "tgt_is_causal": True, "memory_is_causal": True}
+        return inputs(gen, case, device=device), kwargs
+
+    modules.check_on_device(DECODER, kata, case, {"dim_feedforward": case["F"]}, other_device, make)
+
+
+@convention("the inputs and masks are never changed in place.")
+def test_does_not_modify_its_inputs(kata, rng, gen):
+    """All four masks, boolean and float, in both layouts."""
+    case = CASES.random(rng)[1]
+    B, T, S = case["B"], case["L"], case["S"]
+    tensors = inputs(gen, case)
+    masks = {
+        "tgt_mask": blocked_mask(gen, T, T),
+        "memory_mask": blocked_mask(gen, T, S),
+        "tgt_key_padding_mask": padding_mask(gen, B, T),
+        "memory_key_padding_mask": padding_mask(gen, B, S),
+    }
+    for norm_first in (False, True):
+        built = build(gen, rng, case, norm_first=norm_first)
+        modules.assert_inputs_left_alone(DECODER, kata, built, tensors, **masks)
+    floats = {name: as_float_mask(gen, mask, torch.float32) for name, mask in masks.items()}
+    causal = {"tgt_is_causal": True, "memory_is_causal": True}
+    modules.assert_inputs_left_alone(DECODER, kata, built, tensors, **causal, **floats)

@@ -17,6 +17,11 @@ backward call gives all its rows one spread (1 in most tests, 3e-3 where eps is 
 
 Autograd inside layer_norm_backward, in any form, is refused by the AUTOGRAD rules, and so
 is any result that records a graph: its tests call it with tensors that do not require grad.
+Its gradients are plain outputs of that call (a FunctionKata call of the symbol), never
+autograd through the kata.
+
+The core tier judges float64 results with float32's tolerances (FLOAT64_RULE); one
+convention test holds them to float64's own.
 """
 
 import math
@@ -25,17 +30,12 @@ import torch
 import torch.nn.functional as F
 
 from judge.forbidden import AUTOGRAD, LAYER_NORM
-from judge.testing.checks import (
-    Mismatch,
-    assert_close,
-    call_and_check_inputs,
-    call_on_device,
-    call_repr,
-    check_tensor_kind,
-    describe,
-)
+from judge.testing.checks import Mismatch, assert_close, check_tensor_kind, describe
+from judge.testing.functions import FunctionKata
 from judge.testing.inputs import randn
-from judge.testing.spec import CaseTable, KataSpec, dtypes, edge
+from judge.testing.scenarios import scenario
+from judge.testing.spec import FLOAT64_RULE, CaseTable, KataSpec, core_dtype, dtypes, edge
+from judge.testing.tiers import convention, core
 
 FULL = [torch.float32, torch.float64]
 HALF = [torch.float16, torch.bfloat16]
@@ -70,6 +70,9 @@ TOLERANCES = {
 # float64 Jacobian variant; atol 1e-14: 5.7x), float32 2.0e-7 (atol 1e-6: 4.9x; PyTorch's
 # own float32 autograd 1.8e-7), float16 2.2e-4 (atol 1e-3: 4.6x), bfloat16 1.5e-3 (atol
 # 8e-3: 5.3x); rtol covers each element's final rounding (2 ulps in half precision).
+# A float64 input computed in float32 throughout (the slip float64_computed_in_float32),
+# judged by float32's tolerances as the core tier judges float64: at most 0.31 of
+# the forward's and 0.095 of the backward's (100 seeds, as above).
 GRAD_TOLERANCES = {
     torch.float64: {"rtol": 1e-13, "atol": 1e-14},
     torch.float32: {"rtol": 1.3e-6, "atol": 1e-6},
@@ -78,10 +81,11 @@ GRAD_TOLERANCES = {
 }
 
 
-def grad_tolerance(dtype: torch.dtype, scale: float) -> dict:
+def grad_tolerance(dtype: torch.dtype, scale: float, *, float64_throughout: bool = False) -> dict:
     """The backward's tolerance for one gradient: atol per unit of `scale`, the size of the
-    terms it sums (see gradient_scales), not of the result: the terms cancel."""
-    tolerance = GRAD_TOLERANCES[dtype]
+    terms it sums (see gradient_scales), not of the result: the terms cancel. A float64
+    result gets float32's unless float64_throughout (see FLOAT64_RULE)."""
+    tolerance = GRAD_TOLERANCES[core_dtype(dtype, float64_throughout)]
     return {"rtol": tolerance["rtol"], "atol": tolerance["atol"] * scale}
 
 
@@ -147,10 +151,6 @@ def sizes_of(case) -> dict:
     return {"N": math.prod(case["shape"]), "rows": math.prod(case["lead"])}
 
 
-def clones(values: dict) -> dict:
-    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in values.items()}
-
-
 # --------------------------------------------------------------------------- the forward
 
 
@@ -161,26 +161,20 @@ def forward_reference(x, normalized_shape, weight=None, bias=None, eps=1e-5) -> 
     return F.layer_norm(x.double(), shape, double(weight), double(bias), eps).to(x.dtype)
 
 
-def call_forward(kata, args: dict) -> tuple[str, object]:
-    """layer_norm(x, normalized_shape, weight=..., bias=..., eps=...) with the keywords the
-    test gives, checking that no input was modified."""
-    x, shape = args["x"], args["normalized_shape"]
-    keywords = {k: args[k] for k in ("weight", "bias", "eps") if k in args}
-    call = call_repr("layer_norm", x, shape, **keywords)
-    tensors = {k: v for k, v in args.items() if isinstance(v, torch.Tensor)}
-    return call, call_and_check_inputs(lambda: kata.layer_norm(x, shape, **keywords), call, **tensors)
+def forward_reference_of(positional: tuple, keywords: dict) -> torch.Tensor:
+    return forward_reference(*positional, **keywords)
 
 
-def check_forward(kata, args: dict, case) -> None:
+def forward_call(args: dict) -> tuple[tuple, dict]:
+    """layer_norm(x, normalized_shape, weight=..., bias=..., eps=...) with the keywords the test gives."""
+    return (args["x"], args["normalized_shape"]), {k: args[k] for k in ("weight", "bias", "eps") if k in args}
+
+
+def check_forward(kata, args: dict, case, *, float64_throughout: bool = False) -> None:
     want = forward_reference(**args)
-    originals = clones(args)
-
-    def replay(implementation) -> dict:
-        return {"output": call_forward(implementation, clones(originals))[1]}
-
-    with SPEC.diagnosing(replay, sizes_of(case)):
-        call, got = call_forward(kata, args)
-        SPEC.assert_close(got, want, call=call, what="output")
+    positional, keywords = forward_call(args)
+    with LN.judging(kata, *positional, symbol="layer_norm", sizes=sizes_of(case), **keywords) as call:
+        SPEC.assert_close(call["output"], want, call=call.text, what="output", float64_throughout=float64_throughout)
 
 
 def forward_args(gen, case, dtype, device, *, shape=None, weight=True, bias=True, eps=None, spreads=FORWARD_SPREADS):
@@ -241,19 +235,20 @@ def gradient_scales(grad_output, x, normalized_shape, weight=None, bias=None, ep
     }
 
 
-def call_backward(kata, args: dict) -> tuple[str, dict]:
+def backward_call(args: dict) -> tuple[tuple, dict]:
     """layer_norm_backward(grad_output, x, normalized_shape, weight=..., eps=...) with the
-    keywords the test gives, checking that no input was modified; the result as a dict."""
-    grad_output, x, shape = args["grad_output"], args["x"], args["normalized_shape"]
-    keywords = {k: args[k] for k in ("weight", "eps") if k in args}
-    call = call_repr("layer_norm_backward", grad_output, x, shape, **keywords)
-    tensors = {k: v for k, v in args.items() if isinstance(v, torch.Tensor) and k != "bias"}
-    result = call_and_check_inputs(lambda: kata.layer_norm_backward(grad_output, x, shape, **keywords), call, **tensors)
+    keywords the test gives (the bias is the reference's alone: no gradient depends on it)."""
+    positional = (args["grad_output"], args["x"], args["normalized_shape"])
+    return positional, {k: args[k] for k in ("weight", "eps") if k in args}
+
+
+def triple(result, text: str) -> dict:
+    """The backward's result as {name: gradient}, after checking it is a triple."""
     if not isinstance(result, (tuple, list)) or len(result) != 3:
         raise AssertionError(
-            f"{call} returned {describe(result)}; expected a triple (grad_input, grad_weight, grad_bias)"
+            f"{text} returned {describe(result)}; expected a triple (grad_input, grad_weight, grad_bias)"
         )
-    return call, dict(zip(NAMES, result))
+    return dict(zip(NAMES, result))
 
 
 def check_gradient_kinds(call: str, got: dict, want: dict) -> None:
@@ -278,32 +273,35 @@ def check_gradient_kinds(call: str, got: dict, want: dict) -> None:
             raise
 
 
-def judge_gradients(call: str, got: dict, want: dict, scales: dict) -> None:
+def judge_gradients(call: str, got: dict, want: dict, scales: dict, *, float64_throughout: bool = False) -> None:
     """Kinds first, then the values in dependency order, with a hint for the first one off."""
     check_gradient_kinds(call, got, want)
     for name in ORDER:
         if want[name] is None:
             continue
-        dtype = want[name].dtype
+        tolerance = grad_tolerance(want[name].dtype, scales[name], float64_throughout=float64_throughout)
         try:
-            assert_close(got[name], want[name], call=call, what=name, tolerance=grad_tolerance(dtype, scales[name]))
+            assert_close(got[name], want[name], call=call, what=name, tolerance=tolerance)
         except AssertionError as error:
             hint = "grad_input without a weight" if want["grad_weight"] is None and name == "grad_input" else name
             error.args = (f"{error}. {HINTS[hint]}",)  # in place: it stays a Mismatch for the diagnosis
             raise
 
 
-def check_backward(kata, args: dict, case) -> None:
-    """The learner's gradients against autograd's, computed on the inputs as they were."""
+def check_backward(kata, args: dict, case, *, float64_throughout: bool = False) -> None:
+    """The learner's gradients (the outputs of its layer_norm_backward) against autograd's
+    through F.layer_norm, computed on the inputs as they were."""
     want, scales = backward_reference(**args), gradient_scales(**args)
-    originals = clones(args)
+    positional, keywords = backward_call(args)
+    with LN.judging(kata, *positional, symbol="layer_norm_backward", sizes=sizes_of(case), **keywords) as call:
+        judge_gradients(call.text, call.outputs, want, scales, float64_throughout=float64_throughout)
 
-    def replay(implementation) -> dict:
-        return call_backward(implementation, clones(originals))[1]
 
-    with SPEC.diagnosing(replay, sizes_of(case)):
-        call, got = call_backward(kata, args)
-        judge_gradients(call, got, want, scales)
+@scenario
+def backward_under_no_grad(kata, args: tuple, kwargs: dict):
+    """kata.layer_norm_backward(*args, **kwargs) inside torch.no_grad(), as the grader times it."""
+    with torch.no_grad():
+        return kata.layer_norm_backward(*args, **kwargs)
 
 
 def backward_args(gen, case, dtype, device, *, spread=ORDINARY, shape=None, weight=True, eps=None) -> dict:
@@ -381,9 +379,20 @@ SPEC = KataSpec(
 )
 
 
+LN = FunctionKata(
+    SPEC,
+    outputs={"layer_norm": "output", "layer_norm_backward": triple},
+    parameters={
+        "layer_norm": ("x", "normalized_shape", "weight", "bias", "eps"),
+        "layer_norm_backward": ("grad_output", "x", "normalized_shape", "weight", "eps"),
+    },
+)
+
+
 # --------------------------------------------------------------------------- forward tests
 
 
+@core
 @dtypes(*FULL)
 def test_matches_f_layer_norm_with_a_weight_and_a_bias(kata, rng, gen, dtype, device):
     """The default eps (1e-5), normalized_shape as an int, tuple, list or torch.Size."""
@@ -393,6 +402,7 @@ def test_matches_f_layer_norm_with_a_weight_and_a_bias(kata, rng, gen, dtype, de
             check_forward(kata, forward_args(gen, case, dtype, device, shape=shape), case)
 
 
+@core
 @dtypes(*FULL)
 def test_weight_and_bias_are_each_optional(kata, rng, gen, dtype, device):
     """None for either or both: no scaling, nothing added."""
@@ -403,6 +413,7 @@ def test_weight_and_bias_are_each_optional(kata, rng, gen, dtype, device):
             check_forward(kata, forward_args(gen, case, dtype, device, weight=weight, bias=bias), case)
 
 
+@core
 @dtypes(*FULL)
 def test_eps_goes_inside_the_square_root_on_rows_of_small_variance(kata, rng, gen, dtype, device):
     """Every row of spread 3e-3 (a variance of 9e-6); eps from 1e-6 to 1e-3, given explicitly."""
@@ -412,18 +423,10 @@ def test_eps_goes_inside_the_square_root_on_rows_of_small_variance(kata, rng, ge
             check_forward(kata, forward_args(gen, case, dtype, device, eps=eps, spreads=(SMALL,)), case)
 
 
-@dtypes(*HALF)
-def test_half_precision_is_computed_in_float32_and_cast_back(kata, rng, gen, dtype):
-    """Rows of spread 300 among the others: their squares overflow float16."""
-    for index, case in enumerate(CASES.cases(rng)):
-        with case.judged():
-            options = {"eps": rng.choice(EXPLICIT_EPS)} if index % 2 else {}
-            check_forward(kata, forward_args(gen, case, dtype, "cpu", **options), case)
-
-
 # --------------------------------------------------------------------------- backward tests
 
 
+@core
 @dtypes(*FULL)
 def test_gradients_match_autograd_through_f_layer_norm(kata, rng, gen, dtype, device):
     """With a weight: grad_input, grad_weight and grad_bias, the default eps."""
@@ -433,6 +436,7 @@ def test_gradients_match_autograd_through_f_layer_norm(kata, rng, gen, dtype, de
             check_backward(kata, backward_args(gen, case, dtype, device, shape=shape), case)
 
 
+@core
 @dtypes(*FULL)
 def test_without_a_weight_grad_weight_and_grad_bias_are_none(kata, rng, gen, dtype, device):
     for case in CASES.cases(rng):
@@ -440,6 +444,7 @@ def test_without_a_weight_grad_weight_and_grad_bias_are_none(kata, rng, gen, dty
             check_backward(kata, backward_args(gen, case, dtype, device, weight=False), case)
 
 
+@core
 @dtypes(*FULL)
 def test_backward_eps_goes_inside_the_square_root_on_rows_of_small_variance(kata, rng, gen, dtype, device):
     """Every row of spread 3e-3; eps from 1e-6 to 1e-3 given explicitly, with and without a weight."""
@@ -451,6 +456,22 @@ def test_backward_eps_goes_inside_the_square_root_on_rows_of_small_variance(kata
             check_backward(kata, args, case)
 
 
+# --------------------------------------------------------------------------- conventions
+
+HALF_RULE = "float16 and bfloat16 inputs are computed in float32 and the result cast back to the input's dtype"
+
+
+@convention(HALF_RULE)
+@dtypes(*HALF)
+def test_half_precision_is_computed_in_float32_and_cast_back(kata, rng, gen, dtype):
+    """Rows of spread 300 among the others: their squares overflow float16."""
+    for index, case in enumerate(CASES.cases(rng)):
+        with case.judged():
+            options = {"eps": rng.choice(EXPLICIT_EPS)} if index % 2 else {}
+            check_forward(kata, forward_args(gen, case, dtype, "cpu", **options), case)
+
+
+@convention(HALF_RULE)
 @dtypes(*HALF)
 def test_backward_in_half_precision_is_computed_in_float32_and_cast_back(kata, rng, gen, dtype):
     """float16 rows of spread 300: their squares overflow float16."""
@@ -460,52 +481,87 @@ def test_backward_in_half_precision_is_computed_in_float32_and_cast_back(kata, r
             check_backward(kata, backward_args(gen, case, dtype, "cpu", spread=spread, weight=index % 3 != 1), case)
 
 
+@convention(FLOAT64_RULE)
+def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
+    """The forward and the backward (with and without a weight, rows of ordinary and of
+    small variance), held to float64's own tolerances."""
+    for index, case in enumerate(CASES.cases(rng, 2)):
+        with case.judged():
+            eps = rng.choice(EXPLICIT_EPS)
+            check_forward(kata, forward_args(gen, case, torch.float64, "cpu", eps=eps), case, float64_throughout=True)
+            args = backward_args(gen, case, torch.float64, "cpu", weight=index % 2 == 0)
+            check_backward(kata, args, case, float64_throughout=True)
+            args = backward_args(gen, case, torch.float64, "cpu", spread=SMALL, weight=index % 2 == 1, eps=eps)
+            check_backward(kata, args, case, float64_throughout=True)
+
+
+@convention("layer_norm_backward works under torch.no_grad(), as the grader times it")
 def test_backward_works_under_no_grad_on_inputs_that_do_not_require_grad(kata, rng, gen):
-    """As the grader times it: the gradients come from the learner's own formulas (autograd,
-    in any form, is refused by the AUTOGRAD rules in every test)."""
+    """The gradients come from the learner's own formulas (autograd, in any form, is refused
+    by the AUTOGRAD rules in every test)."""
     case = CASES.random(rng)[1]
     args = backward_args(gen, case, torch.float64, "cpu", eps=rng.choice(EXPLICIT_EPS))
     want, scales = backward_reference(**args), gradient_scales(**args)
-    originals = clones(args)
-    with SPEC.diagnosing(lambda implementation: call_backward(implementation, clones(originals))[1], sizes_of(case)):
-        with torch.no_grad():
-            call, got = call_backward(kata, args)
-        judge_gradients(call + " under torch.no_grad()", got, want, scales)
+    positional, keywords = backward_call(args)
+    text = LN.text("layer_norm_backward", positional, keywords) + " under torch.no_grad()"
+
+    def replay(implementation) -> dict:
+        return triple(backward_under_no_grad(implementation, positional, keywords), text)
+
+    with SPEC.diagnosing(replay, sizes_of(case)):
+        judge_gradients(text, replay(kata), want, scales)
 
 
-# --------------------------------------------------------------------------- contract
-
-
-def test_results_follow_the_dtype_and_device_of_the_inputs(kata, rng, gen, other_device):
+@convention("results follow the inputs' device.")
+def test_results_follow_the_dtype_and_device_of_the_inputs(kata, other_device):
     """Each result has its input's shape, dtype and device (on "meta" without a GPU: no values)."""
-    case = CASES.random(rng)[0]
+    case = EDGES[0]  # fixed: a verdict on the meta stand-in must not depend on the seed
     for dtype in FULL:
-        forward = forward_args(gen, case, dtype, other_device)
-        backward = backward_args(gen, case, dtype, other_device)
-        if other_device != "meta":
-            check_forward(kata, forward, case)
-            check_backward(kata, backward, case)
-            continue
-        call, output = call_on_device(lambda forward=forward: call_forward(kata, forward), other_device)
-        check_tensor_kind(output, torch.empty_like(forward["x"]), call=call, what="output")
-        call, got = call_on_device(lambda backward=backward: call_backward(kata, backward), other_device)
-        like = {"grad_input": backward["x"], "grad_weight": backward["weight"], "grad_bias": backward["weight"]}
-        for name in NAMES:  # meta tensors have a shape and a device but no values
-            check_tensor_kind(got[name], torch.empty_like(like[name]), call=call, what=name)
+
+        def forward(device, dtype=dtype):
+            return forward_call(forward_args(torch.Generator().manual_seed(0), case, dtype, device))
+
+        def backward(device, dtype=dtype):
+            return backward_args(torch.Generator().manual_seed(1), case, dtype, device)
+
+        LN.on_device(
+            kata,
+            other_device,
+            make=forward,
+            expected=lambda device, forward=forward: {"output": forward_reference_of(*forward(device))},
+            compare=SPEC.assert_close,
+            symbol="layer_norm",
+            sizes=sizes_of(case),
+        )
+        scales = gradient_scales(**backward("cpu"))
+
+        def compare(got, want, *, call: str, what: str) -> None:
+            assert_close(got, want, call=call, what=what, tolerance=grad_tolerance(want.dtype, scales[what]))
+
+        LN.on_device(
+            kata,
+            other_device,
+            make=lambda device, backward=backward: backward_call(backward(device)),
+            expected=lambda device, backward=backward: ordered(backward_reference(**backward(device))),
+            compare=compare,
+            symbol="layer_norm_backward",
+            sizes=sizes_of(case),
+        )
 
 
+def ordered(gradients: dict) -> dict:
+    """The gradients in dependency order (see ORDER)."""
+    return {name: gradients[name] for name in ORDER}
+
+
+@convention("x, weight and bias (and layer_norm_backward's grad_output) are never changed in place.")
 def test_does_not_modify_its_inputs(kata, rng, gen):
-    """call_forward and call_backward check it in every test; here in every dtype."""
+    """Both functions, in every dtype, with and without a weight."""
     case = CASES.random(rng)[0]
     for dtype in (*FULL, *HALF):
         for weight in (True, False):
-            forward = forward_args(gen, case, dtype, "cpu", weight=weight, bias=weight, eps=1e-4)
-            backward = backward_args(gen, case, dtype, "cpu", weight=weight, eps=1e-4)
-            for call, args in ((call_forward, forward), (call_backward, backward)):
-
-                def check(implementation, call=call, args=args):
-                    result = call(implementation, clones(args))[1]
-                    return result if isinstance(result, dict) else {"output": result}
-
-                with SPEC.diagnosing(check, sizes_of(case)):
-                    check(kata)
+            forward = forward_call(forward_args(gen, case, dtype, "cpu", weight=weight, bias=weight, eps=1e-4))
+            backward = backward_call(backward_args(gen, case, dtype, "cpu", weight=weight, eps=1e-4))
+            for symbol, (positional, keywords) in (("layer_norm", forward), ("layer_norm_backward", backward)):
+                with LN.judging(kata, *positional, symbol=symbol, sizes=sizes_of(case), **keywords) as call:
+                    LN.assert_inputs_unchanged(call, positional, keywords, symbol=symbol)

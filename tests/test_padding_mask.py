@@ -3,14 +3,10 @@
 import pytest
 import torch
 
-from judge.testing.checks import (
-    assert_equal_mask,
-    assert_not_modified,
-    call_on_device,
-    call_repr,
-    check_tensor_kind,
-)
+from judge.testing.checks import assert_equal_mask
+from judge.testing.functions import FunctionKata, named
 from judge.testing.spec import CaseTable, KataSpec, edge
+from judge.testing.tiers import convention, core
 
 
 def reference(lengths: list[int], max_len: int, device="cpu") -> torch.Tensor:
@@ -56,68 +52,57 @@ SPEC = KataSpec(
 )
 
 
+
+MASK = FunctionKata(SPEC, outputs=named("mask"), parameters={"padding_mask": ("lengths", "max_len")})
+
+
+@core
 @pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32], ids=["int64", "int32"])
 def test_default_max_len_is_the_longest_length(kata, rng, index_dtype):
     for case in SPEC.cases.cases(rng):
-        with case.judged():
-            lengths = case["lengths"]
-            tensor = torch.tensor(lengths, dtype=index_dtype)
-            with SPEC.diagnosing(lambda implementation, t=tensor: {"mask": implementation.padding_mask(t.clone())}):
-                assert_equal_mask(
-                    kata.padding_mask(tensor),
-                    reference(lengths, max(lengths)),
-                    call=call_repr("padding_mask", tensor) + f" with lengths={lengths}",
-                )
+        lengths = case["lengths"]
+        with case.judged(), MASK.judging(kata, torch.tensor(lengths, dtype=index_dtype), sizes=case) as call:
+            want = reference(lengths, max(lengths))
+            assert_equal_mask(call["mask"], want, call=f"{call.text} with lengths={lengths}")
 
 
+@core
 def test_explicit_max_len_adds_padding_columns(kata, rng):
     for case in SPEC.cases.cases(rng):
-        with case.judged():
-            lengths = case["lengths"]
-            max_len = max(lengths) + rng.randrange(1, 6)
-            tensor = torch.tensor(lengths)
-
-            def replay(implementation, tensor=tensor, max_len=max_len):
-                return {"mask": implementation.padding_mask(tensor.clone(), max_len=max_len)}
-
-            with SPEC.diagnosing(replay):
-                assert_equal_mask(
-                    kata.padding_mask(tensor, max_len=max_len),
-                    reference(lengths, max_len),
-                    call=call_repr("padding_mask", tensor, max_len=max_len) + f" with lengths={lengths}",
-                )
+        lengths = case["lengths"]
+        max_len = max(lengths) + rng.randrange(1, 6)
+        with case.judged(), MASK.judging(kata, torch.tensor(lengths), max_len=max_len, sizes=case) as call:
+            assert_equal_mask(call["mask"], reference(lengths, max_len), call=f"{call.text} with lengths={lengths}")
 
 
+@convention("lengths may also be a list of ints (the result is then on the CPU).")
 def test_accepts_a_list_of_ints(kata, rng):
-    lengths = SPEC.cases.random(rng, 1)[0]["lengths"]
-    max_len = max(lengths) + 2
-
-    def check(implementation) -> dict:
-        got = implementation.padding_mask(list(lengths))
-        assert_equal_mask(got, reference(lengths, max(lengths)), call=call_repr("padding_mask", lengths))
-        longer = implementation.padding_mask(list(lengths), max_len)
-        assert_equal_mask(longer, reference(lengths, max_len), call=call_repr("padding_mask", lengths, max_len))
-        return {}
-
-    with SPEC.diagnosing(check):
-        check(kata)
+    case = SPEC.cases.random(rng, 1)[0]
+    lengths = case["lengths"]
+    for max_len in (None, max(lengths) + 2):  # left out, then passed positionally
+        args = (list(lengths),) if max_len is None else (list(lengths), max_len)
+        with case.judged(), MASK.judging(kata, *args, sizes=case) as call:
+            assert_equal_mask(call["mask"], reference(lengths, max_len or max(lengths)), call=call.text)
 
 
-def test_result_lives_on_the_device_of_lengths(kata, rng, other_device):
-    lengths = SPEC.cases.random(rng, 1)[0]["lengths"]
-    max_len = max(lengths) + 1
-    tensor = torch.tensor(lengths, device=other_device)
-    call = call_repr("padding_mask", tensor, max_len=max_len)
-    with SPEC.diagnosing(lambda implementation: {"mask": implementation.padding_mask(tensor.clone(), max_len=max_len)}):
-        got = call_on_device(lambda: kata.padding_mask(tensor, max_len=max_len), other_device)
-        if tensor.device.type == "meta":  # meta tensors have a shape and a device but no values
-            check_tensor_kind(got, reference(lengths, max_len, "meta"), call=call, what="mask")
-        else:
-            assert_equal_mask(got, reference(lengths, max_len, other_device), call=call)
+@convention("the result is on the device of `lengths`.")
+def test_result_lives_on_the_device_of_lengths(kata, other_device):
+    case = SPEC.cases.edges[1]  # fixed: a verdict on the meta stand-in must not depend on the seed
+    lengths, max_len = case["lengths"], max(case["lengths"]) + 1
+    with case.judged():
+        MASK.on_device(
+            kata,
+            other_device,
+            make=lambda device: ((torch.tensor(lengths, device=device),), {"max_len": max_len}),
+            expected=lambda device: {"mask": reference(lengths, max_len, device)},
+            compare=assert_equal_mask,
+            sizes=case,
+        )
 
 
+@convention("`lengths` is never changed in place.")
 def test_does_not_modify_lengths(kata, rng):
-    lengths = torch.tensor(SPEC.cases.random(rng, 1)[0]["lengths"]) + 1
-    snapshot = lengths.clone()
-    kata.padding_mask(lengths)
-    assert_not_modified("lengths", lengths, snapshot, call=call_repr("padding_mask", lengths))
+    case = SPEC.cases.random(rng, 1)[0]
+    lengths = torch.tensor(case["lengths"]) + 1
+    with case.judged():
+        MASK.judging_inputs(kata, lengths, sizes=case)

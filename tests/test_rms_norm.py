@@ -18,11 +18,14 @@ import torch
 from torch import nn
 
 from judge.forbidden import RMS_NORM
-from judge.testing import modules_mirrored as modules
+from judge.testing import modules
 from judge.testing.checks import assert_close, call_repr, describe
+from judge.testing.diagnosis import diagnosing
 from judge.testing.inputs import randn
-from judge.testing.modules_mirrored import ModuleKata
-from judge.testing.spec import CaseTable, KataSpec, dtypes, edge
+from judge.testing.modules import ModuleKata
+from judge.testing.scenarios import scenario
+from judge.testing.spec import FLOAT64_RULE, CaseTable, KataSpec, dtypes, edge
+from judge.testing.tiers import convention, core
 
 FULL = [torch.float32, torch.float64]
 HALF = [torch.float16, torch.bfloat16]
@@ -100,7 +103,7 @@ def pytorch_module(case, options) -> nn.RMSNorm:
 
 def arguments(case, options):
     """The learner's constructor call: normalized_shape as the test passes it (int, tuple,
-    list), then eps and elementwise_affine only when the test gives them."""
+    list, torch.Size), then eps and elementwise_affine only when the test gives them."""
     keywords = {k: options[k] for k in ("eps", "elementwise_affine") if k in options}
     return {"normalized_shape": options["normalized_shape"]}, keywords
 
@@ -127,7 +130,7 @@ def benchmark(kata, device):
     with torch.no_grad():
         reference.weight.copy_(1 + randn(gen, C, std=0.4))
     module = kata.RMSNorm(C)
-    modules.load_parameters(module, {"weight": reference.weight}, what=NORM.cls, asks=NORM.asks)
+    modules.load_state(module, {"weight": reference.weight})
     module.to(device)
     x = randn(gen, B, T, C, device=device)
     return (lambda: module(x)), (lambda: reference(x))
@@ -148,6 +151,47 @@ SPEC = KataSpec(
 )
 
 
+# --------------------------------------------------------------------------- scenarios (run where the kata lives)
+
+
+def described(value) -> tuple:
+    """(the value, its type's name): settings are judged by both, as nn.RMSNorm keeps them."""
+    return value, type(value).__name__
+
+
+@scenario
+def settings(kata, positional: list, keywords: dict) -> dict:
+    """A new module's settings, its parameters' names and its weight, as data."""
+    module = kata.RMSNorm(*positional, **keywords)
+    missing = object()
+    found = {}
+    for name in ("normalized_shape", "eps", "elementwise_affine"):
+        value = getattr(module, name, missing)
+        found[name] = ("<missing>", "missing") if value is missing else described(value)
+    weight = getattr(module, "weight", missing)
+    found["parameters"] = sorted(name for name, _ in module.named_parameters())
+    found["weight"] = {"kind": "missing" if weight is missing else type(weight).__name__}
+    if isinstance(weight, torch.Tensor):
+        found["weight"] |= {"value": weight.detach(), "requires_grad": weight.requires_grad}
+    return found
+
+
+@scenario
+def gradients(kata, recipe: dict, x, upstream) -> dict:
+    """The gradients of x and of the weight through the learner's module: its output dotted
+    with `upstream`, then backward."""
+    module, problem = modules.made(kata, recipe)
+    if problem:
+        return problem
+    leaf = x.detach().requires_grad_()
+    output = module(leaf)
+    if not isinstance(output, torch.Tensor) or not output.requires_grad:
+        return {"requires_grad": False}
+    (output * upstream).sum().backward()
+    weight = getattr(module, "weight", None)
+    return {"requires_grad": True, "x": leaf.grad, "weight": None if weight is None else weight.grad}
+
+
 # --------------------------------------------------------------------------- helpers
 
 
@@ -157,12 +201,13 @@ def passed_as(rng, shape: tuple):
     return rng.choice(forms)(shape)
 
 
-def build(kata, gen, case, dtype=torch.float32, device="cpu", *, shape=None, **options) -> modules.Built:
-    """The learner's RMSNorm and the float64 reference, its weight random. `options`: eps and
-    elementwise_affine as given to the learner; the reference always gets eps explicitly."""
+def build(gen, case, dtype=torch.float32, device="cpu", *, shape=None, **options) -> modules.Built:
+    """The recipe of the learner's RMSNorm and the float64 reference, its weight random.
+    `options`: eps and elementwise_affine as given to the learner; the reference always gets
+    eps explicitly."""
     reference_eps = options["eps"] if options.get("eps") is not None else default_eps(dtype)
     options = {"normalized_shape": tuple(case["shape"]) if shape is None else shape, **options}
-    return modules.build(NORM, kata, gen, case, options | {"reference_eps": reference_eps}, dtype, device)
+    return modules.build(NORM, gen, case, options | {"reference_eps": reference_eps}, dtype, device)
 
 
 def make_input(gen, case, dtype=torch.float32, device="cpu") -> dict:
@@ -174,148 +219,190 @@ def make_input(gen, case, dtype=torch.float32, device="cpu") -> dict:
     return {"x": x.to(dtype=dtype, device=device)}
 
 
-def check(built, inputs) -> None:
-    modules.check(NORM, built, inputs)
+def check(kata, built, inputs, **kwargs) -> None:
+    modules.check(NORM, kata, built, inputs, **kwargs)
 
 
-# --------------------------------------------------------------------------- tests
+SETTINGS = ("normalized_shape", "eps", "elementwise_affine")
 
 
+def settings_problem(found: dict, built: str, pytorch: nn.RMSNorm, names=SETTINGS) -> str | None:
+    """What in a new module (`found` by the scenario) differs from nn.RMSNorm's: a setting
+    (value or type), its parameters, its weight (None without elementwise_affine, else a
+    trainable Parameter of ones of shape normalized_shape)."""
+    for name in names:
+        (mine, kind), theirs = found[name], getattr(pytorch, name)
+        if mine != theirs or kind != type(theirs).__name__:
+            return f"{built}.{name} is {mine!r}; nn.RMSNorm keeps {theirs!r}"
+    expected = sorted(name for name, _ in pytorch.named_parameters())
+    if found["parameters"] != expected:
+        return f"{built} has parameters {found['parameters']}; expected {expected}"
+    weight = found["weight"]
+    value = weight.get("value")
+    if pytorch.weight is None:
+        if weight["kind"] != "NoneType":
+            shown = "missing" if weight["kind"] == "missing" else describe(value)
+            return f'{built}.weight is {shown}; expected None, as nn.RMSNorm\'s (register_parameter("weight", None))'
+        return None
+    shape = pytorch.normalized_shape
+    if weight["kind"] != "Parameter" or value.shape != shape or not weight["requires_grad"]:
+        shown = describe(value) if value is not None else weight["kind"]
+        return f"{built}.weight is {shown}; expected a trainable Parameter of shape {shape}"
+    if not torch.equal(value, torch.ones(shape)):
+        return f"{built}.weight starts at {value.flatten()[:6].tolist()}...; nn.RMSNorm starts at ones"
+    return None
+
+
+def check_settings(kata, shape, keywords: dict, names=SETTINGS) -> None:
+    """A new RMSNorm(shape, **keywords) of the learner's is built as nn.RMSNorm's (see
+    settings_problem), judged where the kata lives and replayed on each known slip."""
+    built = modules.module_repr(NORM.cls, normalized_shape=shape, **keywords)
+    pytorch = nn.RMSNorm(shape, **keywords)
+
+    def judged(implementation) -> dict:
+        problem = settings_problem(settings(implementation, [shape], keywords), built, pytorch, names)
+        if problem:
+            raise AssertionError(problem)
+        return {}
+
+    with diagnosing(NORM.kata, judged):
+        judged(kata)
+
+
+# --------------------------------------------------------------------------- tests: the math
+
+
+@core
 @dtypes(*FULL)
 def test_matches_nn_rmsnorm_with_the_default_eps(kata, rng, gen, dtype, device):
     """eps=None: float32's machine epsilon for a float32 input, float64's for a float64 one."""
     for case in CASES.cases(rng):
         with case.judged():
-            built = build(kata, gen, case, dtype, device, shape=passed_as(rng, case["shape"]))
-            check(built, make_input(gen, case, dtype, device))
+            built = build(gen, case, dtype, device, shape=passed_as(rng, case["shape"]))
+            check(kata, built, make_input(gen, case, dtype, device))
 
 
+@core
 @dtypes(*FULL)
 def test_matches_nn_rmsnorm_with_an_explicit_eps(kata, rng, gen, dtype, device):
     """eps from 1e-8 to 1e-3, added inside the square root: it matters on the tiny rows."""
     for case in CASES.cases(rng):
         with case.judged():
             eps = rng.choice(EXPLICIT_EPS)
-            built = build(kata, gen, case, dtype, device, shape=passed_as(rng, case["shape"]), eps=eps)
-            check(built, make_input(gen, case, dtype, device))
+            built = build(gen, case, dtype, device, shape=passed_as(rng, case["shape"]), eps=eps)
+            check(kata, built, make_input(gen, case, dtype, device))
 
 
+@core
+def test_normalized_shape_may_be_an_int_a_tuple_a_list_or_a_size(kata, rng, gen):
+    """Each form builds the same module: the weight of that shape, the same output."""
+    case = CASES.random(rng)[0]
+    n = case["shape"][-1]
+    shape = tuple(case["shape"])
+    forms = ((n, (n,)), ((n,), (n,)), ([n], (n,)), (shape, shape), (list(shape), shape), (torch.Size(shape), shape))
+    for given, form in forms:
+        sized = case | {"shape": form}
+        with sized.judged():
+            check(kata, build(gen, sized, shape=given), make_input(gen, sized))
+
+
+# --------------------------------------------------------------------------- tests: the conventions
+
+
+@convention(
+    "float16 and bfloat16 inputs are computed in float32 (eps=None: float32's eps) and the result is cast back"
+)
 @dtypes(*HALF)
 def test_half_precision_is_computed_in_float32_and_cast_back(kata, rng, gen, dtype):
     """float16 squares overflow above 256 and underflow below 2.4e-4; eps=None means float32's
     eps (the computation dtype's), not the half dtype's."""
     for case in CASES.cases(rng):
         with case.judged():
-            check(build(kata, gen, case, dtype), make_input(gen, case, dtype))
+            check(kata, build(gen, case, dtype), make_input(gen, case, dtype))
     for case in CASES.random(rng, 2):
         with case.judged():
-            check(build(kata, gen, case, dtype, eps=rng.choice(EXPLICIT_EPS)), make_input(gen, case, dtype))
+            check(kata, build(gen, case, dtype, eps=rng.choice(EXPLICIT_EPS)), make_input(gen, case, dtype))
 
 
+@convention(FLOAT64_RULE)
+def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
+    """float64's own tolerance (1e-13), with the default eps and an explicit one."""
+    for case in CASES.cases(rng, 2):
+        with case.judged():
+            for eps in (None, rng.choice(EXPLICIT_EPS)):
+                options = {} if eps is None else {"eps": eps}
+                built = build(gen, case, torch.float64, shape=passed_as(rng, case["shape"]), **options)
+                check(kata, built, make_input(gen, case, torch.float64), float64_throughout=True)
+
+
+@convention("elementwise_affine=False: no parameter at all, and self.weight is None.")
 @dtypes(*FULL)
 def test_without_elementwise_affine_there_is_no_weight(kata, rng, gen, dtype):
-    """elementwise_affine=False: no parameter at all, self.weight is None, the output unscaled."""
+    """No parameter at all, self.weight is None, the output unscaled."""
     for case in CASES.cases(rng):
         with case.judged():
             eps = rng.choice((None, *EXPLICIT_EPS))
             options = {"elementwise_affine": False} | ({} if eps is None else {"eps": eps})
-            built = build(kata, gen, case, dtype, **options)
-            weight = getattr(built.module, "weight", AttributeError)
-            if weight is not None:
-                shown = "missing" if weight is AttributeError else f"{describe(weight)}"
-                raise AssertionError(
-                    f"{built.name}.weight is {shown}; expected None, as nn.RMSNorm's "
-                    '(register_parameter("weight", None))'
-                )
-            check(built, make_input(gen, case, dtype))
+            built = build(gen, case, dtype, **options)
+            check(kata, built, make_input(gen, case, dtype))
+            check_settings(kata, tuple(case["shape"]), options, names=())
 
 
-def test_normalized_shape_may_be_an_int_a_tuple_a_list_or_a_size(kata, rng, gen):
-    """Each form builds the same module: self.normalized_shape is the tuple, the weight of that shape."""
-    case = CASES.random(rng)[0]
-    n = case["shape"][-1]
-    for shape, form in (
-        (n, (n,)),
-        ((n,), (n,)),
-        ([n], (n,)),
-        (tuple(case["shape"]), tuple(case["shape"])),
-        (list(case["shape"]), tuple(case["shape"])),
-        (torch.Size(case["shape"]), tuple(case["shape"])),
-    ):
-        sized = case | {"shape": form}
-        built = build(kata, gen, sized, shape=shape)
-        kept = built.module.normalized_shape
-        if not isinstance(kept, tuple) or kept != form:
-            raise AssertionError(f"{built.name}.normalized_shape is {kept!r}; expected the tuple {form!r}")
-        check(built, make_input(gen, sized))
-
-
+@convention(
+    "self.normalized_shape (a tuple), self.eps and self.elementwise_affine keep the settings as nn.RMSNorm does"
+)
 def test_a_new_module_keeps_its_settings_and_starts_with_a_weight_of_ones(kata, rng):
     """As nn.RMSNorm: normalized_shape as a tuple, eps as given (None stays None),
     elementwise_affine, and a trainable weight of ones of shape normalized_shape."""
     shape = tuple(CASES.random(rng)[0]["shape"])
     for eps, affine in ((None, True), (rng.choice(EXPLICIT_EPS), True), (None, False)):
-        built = f"RMSNorm({shape!r}, eps={eps!r}, elementwise_affine={affine!r})"
-        module = kata.RMSNorm(shape, eps=eps, elementwise_affine=affine)
-        pytorch = nn.RMSNorm(shape, eps=eps, elementwise_affine=affine)
-        for name in ("normalized_shape", "eps", "elementwise_affine"):
-            mine, theirs = getattr(module, name, "<missing>"), getattr(pytorch, name)
-            if mine != theirs or type(mine) is not type(theirs):
-                raise AssertionError(f"{built}.{name} is {mine!r}; nn.RMSNorm keeps {theirs!r}")
-        names = sorted(name for name, _ in module.named_parameters())
-        if names != (["weight"] if affine else []):
-            raise AssertionError(f"{built} has parameters {names}; expected {['weight'] if affine else []}")
-        if not affine:
-            continue
-        weight = getattr(module, "weight", None)
-        if not isinstance(weight, nn.Parameter) or weight.shape != shape or not weight.requires_grad:
-            raise AssertionError(
-                f"{built}.weight is {describe(weight)}; expected a trainable Parameter of shape {shape}"
-            )
-        if not torch.equal(weight.detach(), torch.ones(shape)):
-            raise AssertionError(
-                f"{built}.weight starts at {weight.detach().flatten()[:6].tolist()}...; nn.RMSNorm starts at ones"
-            )
+        check_settings(kata, shape, {"eps": eps, "elementwise_affine": affine})
 
 
+@convention("autograd sees every step: gradients flow to x and to the weight.")
 def test_gradients_flow_back_to_the_input_and_the_weight_like_pytorch(kata, rng, gen):
     """Autograd must see every step: no .detach(), .data or torch.no_grad() inside forward."""
     case = CASES.random(rng)[0]
-    built = build(kata, gen, case, torch.float64, eps=rng.choice(EXPLICIT_EPS))
+    built = build(gen, case, torch.float64, eps=rng.choice(EXPLICIT_EPS))
     x = make_input(gen, case, torch.float64)["x"]
     upstream = randn(gen, *x.shape, dtype=torch.float64)
     call = call_repr(built.name, x) + ".backward"
 
-    def gradients(module) -> dict:
-        mine = x.clone().requires_grad_()
-        output = module(mine)
-        if not output.requires_grad:
+    def learner(implementation) -> dict:
+        got = modules.built_module(NORM, built, gradients(implementation, built.recipe, x, upstream))
+        if not got["requires_grad"]:
             raise AssertionError(f"{call}: the output does not require grad; autograd lost track of the input")
-        module.zero_grad()
-        (output * upstream).sum().backward()
-        if mine.grad is None or module.weight.grad is None:
-            raise AssertionError(f"{call}: no gradient reached `{'x' if mine.grad is None else 'weight'}`")
-        return {"the gradient of `x`": mine.grad, "the gradient of `weight`": module.weight.grad}
+        for name in ("x", "weight"):
+            if got[name] is None:
+                raise AssertionError(f"{call}: no gradient reached `{name}`")
+        return {"the gradient of `x`": got["x"], "the gradient of `weight`": got["weight"]}
 
     twin = x.clone().requires_grad_()
     (built.reference(twin) * upstream).sum().backward()
     want = {"the gradient of `x`": twin.grad, "the gradient of `weight`": built.reference.weight.grad}
-    with SPEC.diagnosing(lambda implementation: gradients(built.remake(implementation)), case):
-        got = gradients(built.module)
+    with case.judged(), diagnosing(NORM.kata, learner, case):
+        got = learner(kata)
         for what, expected in want.items():
             assert_close(got[what], expected, call=call, what=what)  # PyTorch's float64 defaults
 
 
-def test_results_follow_the_device_of_the_inputs(kata, rng, gen, other_device):
-    case = CASES.random(rng)[0]
-    built = build(kata, gen, case, device=other_device)
-    modules.check_on_device(NORM, built, case, make_input(gen, case, device=other_device), other_device)
+@convention("results follow the input's device.")
+def test_results_follow_the_device_of_the_inputs(kata, other_device):
+    case = CASES.edges[0]  # fixed: a verdict on the meta stand-in must not depend on the seed
+    options = {"normalized_shape": tuple(case["shape"]), "reference_eps": default_eps(torch.float32)}
+
+    def make(gen, device):
+        return make_input(gen, case, device=device), {}
+
+    modules.check_on_device(NORM, kata, case, options, other_device, make)
 
 
+@convention("the input is never modified in place.")
 def test_does_not_modify_its_inputs(kata, rng, gen):
-    """modules.call checks every call; here in each dtype, with and without a weight."""
+    """In each dtype, with and without a weight: a kata may convert or scale x in place."""
     case = CASES.random(rng)[0]
     for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
         for affine in (True, False):
-            built = build(kata, gen, case, dtype, elementwise_affine=affine)
-            modules.call(NORM, built, make_input(gen, case, dtype))
+            with case.judged():
+                built = build(gen, case, dtype, elementwise_affine=affine)
+                modules.assert_inputs_left_alone(NORM, kata, built, make_input(gen, case, dtype))

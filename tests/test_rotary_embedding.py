@@ -17,22 +17,21 @@ float16 and bfloat16 (cos/sin rounded to x's dtype and multiplied there); with p
 up to 20000 (200 random cases, against float64 values) at most 0.18 and 0.23. An angle
 computed in a half dtype is off by whole radians past position 2048 (float16) or 256
 (bfloat16): 20x to 190x this tolerance on the edge case made for it.
+The float64 rule (a convention, FLOAT64_RULE) holds a float64 x to eps(float64) in both
+terms: the solution and the four variants, which now all take a float64 x in float64,
+measured at most 0.17 of it (100 seeds); float32 math on a float64 x is off by ~1e6 times it.
 Norms: rtol 8 * eps(float32), measured at most 0.14 of it.
 """
 
 import torch
 
-from judge.forbidden import NONE, ForbiddenCallError
-from judge.testing.checks import (
-    call_and_check_inputs,
-    call_on_device,
-    call_repr,
-    check_tensor_kind,
-    describe,
-)
+from judge.forbidden import NONE
+from judge.testing.checks import call_repr, check_tensor_kind
+from judge.testing.functions import FunctionKata, computation_eps, named
 from judge.testing.inputs import randn
 from judge.testing.rope import rope
-from judge.testing.spec import CaseTable, KataSpec, dtypes, edge
+from judge.testing.spec import FLOAT64_RULE, Case, CaseTable, KataSpec, dtypes, edge
+from judge.testing.tiers import convention, core
 
 EPS32 = torch.finfo(torch.float32).eps
 FULL = (torch.float32, torch.float64)
@@ -41,12 +40,16 @@ ROUNDING = 4  # units of eps(dtype) times max|x|: the rotation's own rounding
 ANGLE = 4  # units of eps(float32) times max|x| per unit of position: float32 angles
 
 
-def tolerance(dtype: torch.dtype, largest_position: int = 0, amplitude: float = 1.0) -> dict:
+def tolerance(
+    dtype: torch.dtype, largest_position: int = 0, amplitude: float = 1.0, *, float64_throughout: bool = False
+) -> dict:
     """float32 angles for every dtype: the allowed error grows with the largest position,
     and scales with the size of x's values (rtol is 0: an element near 0 may belong to a
-    pair of any length)."""
-    eps = EPS32 if dtype == torch.float64 else torch.finfo(dtype).eps
-    return {"rtol": 0.0, "atol": amplitude * (ROUNDING * eps + ANGLE * EPS32 * max(largest_position, 0))}
+    pair of any length). With float64_throughout a float64 x is held to float64's own
+    accuracy, angles included (FLOAT64_RULE)."""
+    angle = computation_eps(dtype) if float64_throughout else EPS32
+    eps = angle if dtype == torch.float64 else torch.finfo(dtype).eps
+    return {"rtol": 0.0, "atol": amplitude * (ROUNDING * eps + ANGLE * angle * max(largest_position, 0))}
 
 
 # --------------------------------------------------------------------------- cases
@@ -147,44 +150,8 @@ def largest_position(positions, T: int) -> int:
     return T - 1 if positions is None else int(positions.max())
 
 
-# --------------------------------------------------------------------------- calls
-
-
-def copy(tensor):
-    """A copy with the same strides (a transposed x stays transposed, a strided view strided)."""
-    if not isinstance(tensor, torch.Tensor):
-        return tensor
-    return torch.empty_strided(tensor.size(), tensor.stride(), dtype=tensor.dtype, device=tensor.device).copy_(tensor)
-
-
-def call_kata(kata, x, positions=None, **kwargs):
-    """(call, result): positions omitted when None, every input checked unchanged afterwards."""
-    args = (x,) if positions is None else (x, positions)
-    call = call_repr("apply_rotary_embedding", *args, **kwargs)
-    result = call_and_check_inputs(lambda: kata.apply_rotary_embedding(*args, **kwargs), call, x=x, positions=positions)
-    return call, result
-
-
-def replay(x, positions=None, what="result", **kwargs):
-    """The same call with another implementation, on copies of the inputs taken now (for the diagnosis)."""
-    x, positions = copy(x), copy(positions)
-
-    def run(implementation) -> dict:
-        return {what: call_kata(implementation, copy(x), copy(positions), **kwargs)[1]}
-
-    return run
-
-
 def sizes(x) -> dict:
     return {"T": x.size(-2), "D": x.size(-1)}
-
-
-def check_against_reference(kata, x, positions=None, **kwargs):
-    want = rope(x, positions, **kwargs).to(dtype=x.dtype, device=x.device)  # first: the kata may break its inputs
-    allowed = tolerance(x.dtype, largest_position(positions, x.size(-2)), float(x.double().abs().max()))
-    with SPEC.diagnosing(replay(x, positions, **kwargs), sizes(x)):
-        call, got = call_kata(kata, x, positions, **kwargs)
-        SPEC.assert_close(got, want, call=call, tolerance=allowed)
 
 
 def benchmark(kata, device):
@@ -220,9 +187,31 @@ SPEC = KataSpec(
 )
 
 
-# --------------------------------------------------------------------------- tests
+ROPE = FunctionKata(SPEC, outputs=named("result"), parameters={"apply_rotary_embedding": ("x", "positions")})
 
 
+def check_against_reference(kata, x, positions=None, *, float64_throughout=False, **kwargs):
+    """One call of the learner's function against the reference, inside its own diagnosis;
+    called inside case.judged(), so that a failure names its case."""
+    want = rope(x, positions, **kwargs).to(dtype=x.dtype, device=x.device)
+    amplitude = float(x.double().abs().max())
+    largest = largest_position(positions, x.size(-2))
+    allowed = tolerance(x.dtype, largest, amplitude, float64_throughout=float64_throughout)
+    args = (x,) if positions is None else (x, positions)
+    with ROPE.judging(kata, *args, sizes=sizes(x), **kwargs) as call:
+        SPEC.assert_close(call["result"], want, call=call.text, tolerance=allowed)
+
+
+def rotated(implementation, *calls) -> list:
+    """The learner's results for each call (args, kwargs), made where `implementation` lives
+    (FunctionKata calls: one round trip each, on copies)."""
+    return [ROPE.call(implementation, *args, **kwargs)["result"] for args, kwargs in calls]
+
+
+# --------------------------------------------------------------------------- tests: the math
+
+
+@core
 @dtypes(*FULL)
 def test_matches_the_complex_reference_in_both_layouts(kata, rng, gen, dtype, device):
     for case in SPEC.cases.cases(rng):
@@ -232,21 +221,15 @@ def test_matches_the_complex_reference_in_both_layouts(kata, rng, gen, dtype, de
                 check_against_reference(kata, x, positions, base=case["base"], interleaved=interleaved)
 
 
-@dtypes(*HALF)
-def test_half_precision_takes_its_angles_in_float32(kata, rng, gen, dtype, device):
-    for case in SPEC.cases.cases(rng):
-        with case.judged():
-            x, positions = make_x(gen, case, dtype, device), make_positions(gen, case, device)
-            for interleaved in (False, True):
-                check_against_reference(kata, x, positions, base=case["base"], interleaved=interleaved)
-
-
+@core
 def test_defaults_are_positions_from_0_base_10000_and_the_rotate_half_layout(kata, rng, gen):
     lead = rng.choice([[], [3], [2, 3]])
-    x = randn(gen, *lead, rng.randrange(2, 40), 2 * rng.randrange(2, 17))
-    check_against_reference(kata, x)
+    case = Case("defaults", {"lead": lead, "T": rng.randrange(2, 40), "D": 2 * rng.randrange(2, 17)})
+    with case.judged():
+        check_against_reference(kata, randn(gen, *lead, case["T"], case["D"]))
 
 
+@core
 def test_inner_products_depend_only_on_the_offset_m_minus_n(kata, rng, gen):
     """<rope(q, m), rope(k, n)> = <rope(q, m - n), k>: a query and a key with the same offset
     meet the same way wherever they sit; the dot products are checked against the reference's."""
@@ -257,83 +240,118 @@ def test_inner_products_depend_only_on_the_offset_m_minus_n(kata, rng, gen):
     n = m - offset
     for interleaved in (False, True):
         kwargs = {"base": rng.choice([10000.0, 500.0]), "interleaved": interleaved}
+        case = Case("inner products", {"T": len(m), "D": D, "offset": offset} | kwargs)
         want = (rope(q[None], torch.tensor([offset]), **kwargs)[0] @ k).expand(len(m)).contiguous()
+        queries, keys = q.repeat(len(m), 1), k.repeat(len(m), 1)
         call = (
             f"apply_rotary_embedding(q, m, ...) . apply_rotary_embedding(k, m - {offset}, ...) "
             f"for 12 positions m, q and k float64[{D}]"
         )
 
-        def inner_products(implementation, kwargs=kwargs):
-            rq = call_kata(implementation, q.repeat(len(m), 1), m.clone(), **kwargs)[1]
-            rk = call_kata(implementation, k.repeat(len(m), 1), n.clone(), **kwargs)[1]
+        def inner_products(implementation, kwargs=kwargs, queries=queries, keys=keys) -> dict:
+            rq, rk = rotated(implementation, ((queries, m), kwargs), ((keys, n), kwargs))
+            for what, got in (("rotated q", rq), ("rotated k", rk)):
+                check_tensor_kind(got, queries, call=call, what=what)
             return {"inner products": (rq * rk).sum(-1)}
 
         # float32 angles: each pair's angle is off by up to about eps(float32) * m, but the
         # errors of the pairs partly cancel; the solution and variants measured at most 0.05 of this
         allowed = {"rtol": 0.0, "atol": float(q.norm() * k.norm()) * EPS32 * (ROUNDING + 2 * int(m.max()))}
-        with SPEC.diagnosing(inner_products, {"D": D}):
+        with case.judged(), SPEC.diagnosing(inner_products, {"D": D}):
             got = inner_products(kata)["inner products"]
             SPEC.assert_close(got, want, call=call, what="inner products", tolerance=allowed)
 
 
+@core
 @dtypes(*FULL)
 def test_every_vector_keeps_its_norm(kata, rng, gen, dtype):
     """A rotation changes directions, never lengths: |rope(x)| = |x| for each head vector."""
     case = SPEC.cases.random(rng)[0] | {"positions": "scattered below 5000"}
     x, positions = make_x(gen, case, dtype), make_positions(gen, case)
     kwargs = {"base": case["base"], "interleaved": rng.choice([False, True])}
+    call = f"{call_repr('apply_rotary_embedding', x, positions, **kwargs)}.norm(dim=-1)"
 
     def norms(implementation) -> dict:
-        _, result = call_kata(implementation, copy(x), positions.clone(), **kwargs)
-        return {"norms": result.double().norm(dim=-1) if isinstance(result, torch.Tensor) else result}
+        [result] = rotated(implementation, ((x, positions), kwargs))
+        check_tensor_kind(result, x, call=call.removesuffix(".norm(dim=-1)"), what="result")
+        return {"norms": result.double().norm(dim=-1)}
 
-    call = f"{call_repr('apply_rotary_embedding', x, positions, **kwargs)}.norm(dim=-1)"
-    with SPEC.diagnosing(norms, sizes(x)):
+    with case.judged(), SPEC.diagnosing(norms, sizes(x)):
         got = norms(kata)["norms"]
         want = x.double().norm(dim=-1)
         SPEC.assert_close(got, want, call=call, what="norms", tolerance={"rtol": 8 * EPS32, "atol": 0.0})
 
 
+# --------------------------------------------------------------------------- tests: the conventions
+
+
+@convention("float16 and bfloat16 inputs take their angles in float32 (or float64) and come back in their own dtype.")
+@dtypes(*HALF)
+def test_half_precision_takes_its_angles_in_float32(kata, rng, gen, dtype, device):
+    for case in SPEC.cases.cases(rng):
+        with case.judged():
+            x, positions = make_x(gen, case, dtype, device), make_positions(gen, case, device)
+            for interleaved in (False, True):
+                check_against_reference(kata, x, positions, base=case["base"], interleaved=interleaved)
+
+
+@convention(FLOAT64_RULE)
+def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
+    """float64's own accuracy, angles included: the edge case past half precision's exact
+    integers makes a float32 angle show."""
+    for case in SPEC.cases.cases(rng, 2):
+        with case.judged():
+            x, positions = make_x(gen, case, torch.float64), make_positions(gen, case)
+            for interleaved in (False, True):
+                check_against_reference(
+                    kata, x, positions, base=case["base"], interleaved=interleaved, float64_throughout=True
+                )
+
+
+@convention("an odd D raises ValueError.")
 def test_odd_head_size_raises_value_error(kata, rng, gen):
     D = 2 * rng.randrange(0, 8) + 1
-    x = randn(gen, 2, 3, D)
-    call = call_repr("apply_rotary_embedding", x)
-
-    def check(implementation) -> dict:
-        try:
-            result = implementation.apply_rotary_embedding(x.clone())
-        except ValueError:
-            return {}
-        except (NotImplementedError, ForbiddenCallError):  # the stub, a refusal: as they are
-            raise
-        except Exception as error:  # noqa: BLE001 - the message names what was raised instead
-            raise AssertionError(
-                f"{call} raised {type(error).__name__}: {error}; expected ValueError (odd D = {D})"
-            ) from None
-        raise AssertionError(f"{call} returned {describe(result)}; expected ValueError (odd D = {D}: no pairs)")
-
-    with SPEC.diagnosing(check, {"D": D}):
-        check(kata)
+    ROPE.assert_raises(kata, ValueError, randn(gen, 2, 3, D), reason=f"odd D = {D}: coordinates come in pairs")
 
 
-def test_result_follows_the_device_of_x(kata, rng, gen, other_device):
+@convention("results follow x's device (the frequencies and default positions made inside too).")
+def test_result_follows_the_device_of_x(kata, other_device):
     """Frequencies and default positions made inside the kata must be made on x's device."""
-    case = SPEC.cases.random(rng)[1]
-    x = make_x(gen, case, torch.float32, other_device)
-    for positions in (None, torch.arange(50, 50 + case["T"], device=other_device)):
-        kwargs = {"base": case["base"], "interleaved": rng.choice([False, True])}
-        if other_device != "meta":
-            check_against_reference(kata, x, positions, **kwargs)
-            continue
-        want = torch.empty(x.shape, dtype=x.dtype, device="meta")  # meta: a shape and a device, no values
-        with SPEC.diagnosing(replay(x, positions, **kwargs), sizes(x)):
-            call, got = call_on_device(lambda p=positions, kw=kwargs: call_kata(kata, x, p, **kw), other_device)
-            check_tensor_kind(got, want, call=call, what="result")
+    case = SPEC.cases.edges[0]  # fixed: a verdict on the meta stand-in must not depend on the seed
+    for default_positions in (True, False):
+        for interleaved in (False, True):
+            with case.judged():
+                on_device(kata, other_device, case, default_positions, interleaved)
 
 
+def on_device(kata, device: str, case, default_positions: bool, interleaved: bool) -> None:
+    """ROPE.on_device on x made from a fixed generator, with positions left out or from 50."""
+
+    def make(where):
+        x = make_x(torch.Generator().manual_seed(0), case, torch.float32, where)
+        args = (x,) if default_positions else (x, torch.arange(50, 50 + case["T"], device=where))
+        return args, {"base": case["base"], "interleaved": interleaved}
+
+    def expected(where) -> dict:
+        args, kwargs = make(where)
+        return {"result": rope(*args, **kwargs).to(dtype=torch.float32, device=where)}
+
+    def compare(got, want, *, call, what):
+        (x, *positions), _ = make("cpu")
+        largest = largest_position(positions[0] if positions else None, case["T"])
+        allowed = tolerance(torch.float32, largest, float(x.abs().max()))
+        SPEC.assert_close(got, want, call=call, what=what, tolerance=allowed)
+
+    ROPE.on_device(kata, device, make=make, expected=expected, compare=compare, sizes=sizes(make("cpu")[0][0]))
+
+
+@convention("x and positions are never changed in place.")
 def test_does_not_modify_its_inputs(kata, rng, gen):
-    """Every call is checked (see call_kata); here in float16, where a kata may convert in place."""
-    case = SPEC.cases.random(rng)[2]
-    x, positions = make_x(gen, case, torch.float16), torch.arange(3, 3 + 2 * case["T"])[::2]
-    with SPEC.diagnosing(replay(x, positions, interleaved=True), sizes(x)):
-        call_kata(kata, x, positions, interleaved=True)
+    """In every dtype and both layouts, with strided positions: a kata may convert in place."""
+    case = SPEC.cases.random(rng)[2] | {"positions": "every other from 3"}
+    positions = make_positions(gen, case)  # a strided view
+    for dtype in (*FULL, *HALF):
+        x = make_x(gen, case, dtype)
+        for interleaved in (False, True):
+            with case.judged():
+                ROPE.judging_inputs(kata, x, positions, interleaved=interleaved, sizes=sizes(x))

@@ -17,11 +17,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from judge.forbidden import NONE
-from judge.testing import modules_mirrored as modules
+from judge.testing import modules
 from judge.testing.checks import Mismatch
 from judge.testing.inputs import randn
-from judge.testing.modules_mirrored import ModuleKata
-from judge.testing.spec import Case, CaseTable, KataSpec, dtypes, edge
+from judge.testing.modules import ModuleKata
+from judge.testing.scenarios import scenario
+from judge.testing.spec import FLOAT64_RULE, Case, CaseTable, KataSpec, dtypes, edge
+from judge.testing.tiers import convention, core
 
 FULL = [torch.float64, torch.float32]  # float64 first: the edge cases run in it, and show first
 HALF = [torch.float16, torch.bfloat16]
@@ -166,7 +168,7 @@ def benchmark(kata, device):
     B, T, C = 8, 128, 512
     reference = Reference(C, llama_d_ff(C, DEFAULT_MULTIPLE_OF), bias=False).float().to(device).eval()
     module = kata.SwiGLU(C)
-    modules.load_parameters(module, dict(reference.named_parameters()), what=SWIGLU.cls, asks=SWIGLU.asks)
+    modules.load_state(module, dict(reference.named_parameters()))
     module.to(device).eval()
     x = randn(torch.Generator().manual_seed(0), B, T, C, device=device)
     return (lambda: module(x)), (lambda: reference(x))
@@ -185,32 +187,44 @@ SPEC = KataSpec(
 )
 
 
-def build(kata, gen, case, dtype=torch.float32, device="cpu"):
-    return modules.build(SWIGLU, kata, gen, case, {}, dtype, device)
+def build(gen, case, dtype=torch.float32, device="cpu") -> modules.Built:
+    return modules.build(SWIGLU, gen, case, {}, dtype, device)
 
 
 def inputs(gen, case, dtype=torch.float32, device="cpu") -> dict:
     return {"x": randn(gen, *case["lead"], case["C"], dtype=dtype, device=device)}
 
 
-def check(built, x):
-    modules.check(SWIGLU, built, x)
+def check(kata, built, x, **kwargs) -> None:
+    modules.check(SWIGLU, kata, built, x, **kwargs)
 
 
 # --------------------------------------------------------------------------- d_ff
 
 
-def widths(module, name: str) -> tuple[int, int, int]:
-    """(gate_proj's outputs, up_proj's outputs, down_proj's inputs), read from the weights."""
-    found = []
-    for part, axis in (("gate_proj", 0), ("up_proj", 0), ("down_proj", 1)):
+@scenario
+def hidden_widths(kata, positional: list, keywords: dict) -> dict:
+    """The shapes of a new SwiGLU's projection weights (None where there is no such 2-D
+    weight), the module built on the "meta" device: shapes only, so Llama's own sizes cost nothing."""
+    with torch.device("meta"):
+        module = kata.SwiGLU(*positional, **keywords)
+    found = {}
+    for part in ("gate_proj", "up_proj", "down_proj"):
         weight = getattr(getattr(module, part, None), "weight", None)
-        if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+        found[part] = list(weight.shape) if isinstance(weight, torch.Tensor) and weight.dim() == 2 else None
+    return found
+
+
+def widths(found: dict, name: str) -> tuple[int, int, int]:
+    """(gate_proj's outputs, up_proj's outputs, down_proj's inputs), read from the weights' shapes."""
+    widths = []
+    for part, axis in (("gate_proj", 0), ("up_proj", 0), ("down_proj", 1)):
+        if found[part] is None:
             raise AssertionError(
                 f"{name} has no {part} with a 2-D weight; the kata asks for {SWIGLU.asks} as attributes"
             )
-        found.append(int(weight.shape[axis]))
-    return tuple(found)
+        widths.append(int(found[part][axis]))
+    return tuple(widths)
 
 
 def expected_d_ff_text(case) -> str:
@@ -224,22 +238,16 @@ def expected_d_ff_text(case) -> str:
     return text + f", rounded UP to a multiple of {M}: {llama_d_ff(C, M)}"
 
 
-def make_d_ff_module(implementation, positional: dict, keywords: dict):
-    """Built on the "meta" device: shapes only, so Llama's own sizes cost nothing."""
-    with torch.device("meta"):
-        return implementation.SwiGLU(*positional.values(), **keywords)
-
-
 def check_d_ff(kata, case) -> None:
     positional, keywords = arguments(case | {"bias": False}, {})
     name = modules.module_repr("SwiGLU", **positional, **keywords)
 
     def replay(implementation) -> dict:
-        return {"d_ff": widths(make_d_ff_module(implementation, positional, keywords), name)}
+        return {"d_ff": widths(hidden_widths(implementation, list(positional.values()), keywords), name)}
 
     want = (d_ff_of(case),) * 3
     with case.judged(), SPEC.diagnosing(replay, case):
-        got = widths(make_d_ff_module(kata, positional, keywords), name)
+        got = replay(kata)["d_ff"]
         if got != want:
             parts = ", ".join(f"{part} {w}" for part, w in zip(("gate_proj", "up_proj", "down_proj"), got))
             message = f"{name} has d_ff = {got[0]}, expected {want[0]}: {expected_d_ff_text(case)}"
@@ -251,12 +259,14 @@ def check_d_ff(kata, case) -> None:
             raise Mismatch(message, what="d_ff", actual=got, expected=want)
 
 
+@core
 def test_d_ff_defaults_to_two_thirds_of_4_d_model_rounded_up_to_a_multiple_of_multiple_of(kata, rng):
     """gate_proj and up_proj [d_ff, C], down_proj [C, d_ff], for d_ff=None and an explicit d_ff."""
     for case in (*D_FF_EDGES, *draw_d_ff(rng, 6)):
         check_d_ff(kata, case)
 
 
+@core
 def test_an_explicit_d_ff_is_used_as_given(kata, rng):
     """Never rounded, whatever multiple_of is (passed or left at 256)."""
     for index in range(3):
@@ -265,41 +275,68 @@ def test_an_explicit_d_ff_is_used_as_given(kata, rng):
         check_d_ff(kata, Case(f"explicit d_ff {index + 1}", {"C": C, "F": F_, "M": (None, 8, 1)[index]}))
 
 
+@core
 def test_has_gate_up_and_down_projections_with_biases_exactly_when_bias_is_true(kata, rng, gen):
     """bias=True: a bias on all three; bias left out (False): none. Weights in nn.Linear layout."""
     drawn = Case("random draw", CASES.draw(rng, 2)[1])
     for bias in (True, False):
         with (drawn | {"bias": bias}).judged() as case:
-            build(kata, gen, case)
+            check(kata, build(gen, case), inputs(gen, case))
 
 
 # --------------------------------------------------------------------------- values
 
 
+@core
 @dtypes(*FULL)
 def test_matches_down_proj_of_silu_gate_times_up(kata, rng, gen, dtype, device):
     for case in CASES.cases(rng, edges=dtype == torch.float64):
         with case.judged():
-            check(build(kata, gen, case, dtype, device), inputs(gen, case, dtype, device))
+            check(kata, build(gen, case, dtype, device), inputs(gen, case, dtype, device))
 
 
+@core
 def test_any_leading_dimensions_pass_through(kata, rng, gen):
     """x [C], [T, C], [B, T, C] and [A, B, T, C] with the same module."""
     case = Case("leading dimensions", CASES.draw(rng, 2)[1])
-    built = build(kata, gen, case)
+    built = build(gen, case)
     for lead in ((), (5,), (3, 4), (2, 3, 4)):
         with (case | {"lead": lead}).judged():
-            check(built, inputs(gen, case | {"lead": lead}))
+            check(kata, built, inputs(gen, case | {"lead": lead}))
 
 
+# --------------------------------------------------------------------------- conventions
+
+
+@convention("float16 and bfloat16 inputs work, in their own dtype.")
 @dtypes(*HALF)
 def test_works_in_half_precision(kata, rng, gen, dtype):
     for case in CASES.random(rng, 2):
         with case.judged():
-            check(build(kata, gen, case, dtype), inputs(gen, case, dtype))
+            check(kata, build(gen, case, dtype), inputs(gen, case, dtype))
 
 
-def test_results_follow_the_device_of_the_inputs(kata, rng, gen, other_device):
-    case = Case("random draw", CASES.draw(rng, 2)[1])
-    built = build(kata, gen, case, device=other_device)
-    modules.check_on_device(SWIGLU, built, case, inputs(gen, case, device=other_device), other_device)
+@convention(FLOAT64_RULE)
+def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
+    for case in CASES.cases(rng, 2):
+        with case.judged():
+            check(kata, build(gen, case, torch.float64), inputs(gen, case, torch.float64), float64_throughout=True)
+
+
+@convention("results follow the input's device.")
+def test_results_follow_the_device_of_the_inputs(kata, other_device):
+    case = CASES.edges[0]  # fixed: a verdict on the meta stand-in must not depend on the seed
+
+    def make(gen, device):
+        return inputs(gen, case, device=device), {}
+
+    modules.check_on_device(SWIGLU, kata, case, {}, other_device, make)
+
+
+@convention("x is never modified in place.")
+def test_does_not_modify_its_input(kata, rng, gen):
+    """In every dtype: a kata may convert or scale x in place."""
+    case = CASES.random(rng)[0]
+    for dtype in (*FULL, *HALF):
+        with case.judged():
+            modules.assert_inputs_left_alone(SWIGLU, kata, build(gen, case, dtype), inputs(gen, case, dtype))

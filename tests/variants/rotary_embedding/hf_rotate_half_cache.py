@@ -1,4 +1,4 @@
-"""Variant of rotary_embedding (correct): Hugging Face style, float32 inv_freq, cos/sin in x's dtype, rotate_half."""
+"""Variant of rotary_embedding (correct): Hugging Face style, float32 inv_freq (float64 x: float64), rotate_half."""
 
 import torch
 
@@ -17,10 +17,11 @@ def apply_rotary_embedding(x, positions=None, *, base=10000.0, interleaved=False
     seq_len, dim = x.shape[-2:]
     if dim % 2:
         raise ValueError(f"odd head dim {dim}")
-    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, device=x.device).float() / dim))
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32  # the stub: float64 throughout
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, device=x.device).to(work) / dim))
     if positions is None:
         positions = torch.arange(seq_len, device=x.device)
-    freqs = torch.outer(positions.float(), inv_freq)
+    freqs = torch.outer(positions.to(work), inv_freq)
     if interleaved:
         emb = freqs.repeat_interleave(2, dim=-1)
         rotate = rotate_every_two
