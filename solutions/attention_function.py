@@ -11,7 +11,10 @@ class AttentionFunction(torch.autograd.Function):
     Call it as `AttentionFunction.apply(query, key, value, is_causal, scale)` (positional
     arguments: Function.apply takes no keywords). Autograd then calls your backward, so
     `output.backward(...)`, `torch.autograd.grad` and `torch.autograd.gradcheck` work
-    through it.
+    through it. The grader calls forward and backward itself, as autograd's engine does,
+    with a ctx that offers what autograd's offers (save_for_backward and saved_tensors,
+    needs_input_grad, mark_non_differentiable, set_materialize_grads, plain attributes):
+    autograd itself is not available while your code runs.
 
     Shapes (any number of leading batch/head dimensions "...", none included; L != S allowed):
         query [..., L, E], key [..., S, E], value [..., S, Ev] -> output [..., L, Ev]

@@ -1,13 +1,13 @@
 """attention_function: a torch.autograd.Function whose backward is written by hand.
 
 Judged like attention_backward (whose inputs and judges it shares, judge.testing.attention):
-the output and the gradients that autograd gets through the Function are compared with
-autograd through F.scaled_dot_product_attention in float64; torch.autograd.gradcheck
-compares the backward with finite differences; saved-tensor hooks show whether forward
-kept its tensors with ctx.save_for_backward. Everything that needs the Function's graph
-(its grad_fn, autograd through it, gradcheck, what it saves) happens in scenarios, where
-the kata lives; only data comes back. The Function's forward and backward run under the
-same AUTOGRAD rules as attention_backward: autograd inside them, in any form, is forbidden.
+the Function's output and the gradients its backward returns are compared with autograd
+through F.scaled_dot_product_attention in float64; torch.autograd.gradcheck compares the
+backward with finite differences of the forward; the stand-in ctx shows whether forward kept
+its tensors with ctx.save_for_backward. The kata forbids autograd as attention_backward does,
+so the kata process has none: the judge calls the Function's forward and backward itself, as
+autograd's engine would, with a stand-in for its ctx (judge.testing.function_steps), and
+gradcheck runs here through those calls.
 """
 
 import re
@@ -28,9 +28,9 @@ from judge.testing.attention import (
     sdpa_gradients,
 )
 from judge.testing.checks import assert_close, call_repr, describe, judge_on_device
+from judge.testing.function_steps import Ctx, Steps, steps
 from judge.testing.functions import assert_inputs_unchanged
 from judge.testing.inputs import randn
-from judge.testing.scenarios import scenario
 from judge.testing.spec import FLOAT64_RULE, KataSpec, core_dtype, dtypes
 from judge.testing.tiers import convention, core
 from judge.testing.tolerances import SINGLE_OP
@@ -41,23 +41,23 @@ make_inputs = backward_inputs
 
 def benchmark(kata, device):
     """(kata call, reference call) at batch 8, 8 heads, length 128, head size 64, causal:
-    forward and backward through the Function, against the same through
-    F.scaled_dot_product_attention. Both turn grad on: the grader times under no_grad."""
+    the Function's forward and backward, called as autograd's engine calls them, against
+    autograd's forward and backward through F.scaled_dot_product_attention."""
     gen = torch.Generator().manual_seed(0)
     query, key, value, grad_output = (randn(gen, 8, 8, 128, 64, device=device) for _ in range(4))
     leaves = [t.clone().requires_grad_() for t in (query, key, value)]
 
-    def run(attention):
-        def call():
-            with torch.enable_grad():
-                return torch.autograd.grad(attention(*leaves), leaves, grad_output)
+    def kata_call():
+        ctx = Ctx((True, True, True, False, False))
+        kata.AttentionFunction.forward(ctx, query, key, value, True, None)
+        return kata.AttentionFunction.backward(ctx, grad_output)
 
-        return call
+    def reference_call():
+        with torch.enable_grad():
+            output = F.scaled_dot_product_attention(*leaves, is_causal=True)
+            return torch.autograd.grad(output, leaves, grad_output)
 
-    return (
-        run(lambda q, k, v: kata.AttentionFunction.apply(q, k, v, True, None)),
-        run(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)),
-    )
+    return kata_call, reference_call
 
 
 SPEC = KataSpec(
@@ -92,88 +92,30 @@ def reference_output(query, key, value, is_causal, scale):
     return output.to(query.dtype)
 
 
-# --------------------------------------------------------------------------- scenarios (run where the kata lives)
-
-
-def _leaves(*tensors):
-    return [t.detach().requires_grad_() for t in tensors]
-
-
-@scenario
-def through_autograd(kata, query, key, value, grad_output, is_causal, scale) -> dict:
-    """AttentionFunction.apply on leaves that require grad, then torch.autograd.grad with
-    grad_output: the output, whether it has a grad_fn, the gradients (None where backward
-    gave none) and the inputs as the forward and backward left them."""
-    leaves = _leaves(query, key, value)
-    with torch.enable_grad():
-        output = kata.AttentionFunction.apply(*leaves, is_causal, scale)
-    tensor = isinstance(output, torch.Tensor)
-    found = {"output": output.detach() if tensor else output, "grad_fn": tensor and output.grad_fn is not None}
-    if found["grad_fn"]:
-        grads = torch.autograd.grad(output, leaves, grad_output, allow_unused=True)
-        found["grads"] = dict(zip(GRADIENTS, grads))
-    found["inputs"] = [leaf.detach() for leaf in leaves] + [grad_output]
-    return found
-
-
-@scenario
-def saved_for_backward(kata, query, key, value, is_causal, scale) -> list:
-    """The shapes of what AttentionFunction.apply saves for backward, as saved-tensor hooks
-    see it (saved tensors never leave the process that made them)."""
-    saved = []
-
-    def pack(tensor):
-        saved.append(list(tensor.shape))
-        return tensor
-
-    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        kata.AttentionFunction.apply(*_leaves(query, key, value), is_causal, scale)
-    return saved
-
-
-@scenario
-def backward_called_directly(kata, query, key, value, grad_output, is_causal, scale) -> dict:
-    """The backward, called through the output's grad_fn with grad mode off, as autograd's
-    engine calls it: whatever it returns."""
-    with torch.enable_grad():
-        output = kata.AttentionFunction.apply(*_leaves(query, key, value), is_causal, scale)
-    if not isinstance(output, torch.Tensor) or output.grad_fn is None:
-        return {"grad_fn": False}
-    with torch.no_grad():
-        return {"grad_fn": True, "returned": output.grad_fn.apply(grad_output)}
-
-
-@scenario
-def gradchecked(kata, query, key, value, is_causal, scale) -> dict:
-    """torch.autograd.gradcheck (fast mode) through the Function: passed, or the first line of its error."""
-    leaves = _leaves(query, key, value)
-
-    def function(q, k, v):
-        return kata.AttentionFunction.apply(q, k, v, is_causal, scale)
-
-    try:
-        torch.autograd.gradcheck(function, leaves, fast_mode=True)
-    except GradcheckError as error:
-        return {"passed": False, "error": str(error).strip().splitlines()[0].rstrip(",")}
-    return {"passed": True}
-
-
 # --------------------------------------------------------------------------- the judging process's side
 
 
-NO_GRAD_FN = "returned an output with no grad_fn: autograd cannot reach your backward"
-
-
 def outcome(implementation, inputs, is_causal, scale) -> dict:
-    """{"an output", grad_query, grad_key, grad_value} of the Function where `implementation`
-    lives (also a slip's, for the diagnosis); "inputs": as the calls left them."""
-    text = apply_repr(*inputs[:3], is_causal, scale)
-    got = through_autograd(implementation, *inputs, is_causal, scale)
+    """{"an output", grad_query, grad_key, grad_value, "returned", "saved", "inputs"}: the
+    Function's forward and backward where `implementation` lives (also a slip's, for the
+    diagnosis), through judge.testing.function_steps.steps."""
+    query, key, value, grad_output = inputs
+    text = apply_repr(query, key, value, is_causal, scale)
+    got = steps(implementation, "AttentionFunction", (query, key, value), (is_causal, scale), grad_output)
     if not isinstance(got["output"], torch.Tensor):
         raise AssertionError(f"{text} returned {describe(got['output'])}, expected a tensor")
-    if not got["grad_fn"]:
-        raise AssertionError(f"{text} {NO_GRAD_FN}")
-    return {"an output": got["output"], **got["grads"], "inputs": got["inputs"]}
+    returned = got["returned"]
+    if not isinstance(returned, (tuple, list)) or len(returned) != 5:
+        shown = f"({', '.join(map(describe, returned))})" if isinstance(returned, (tuple, list)) else describe(returned)
+        raise AssertionError(
+            f"the backward of {text} returned {shown}; expected 5 values, one per forward "
+            "input: (grad_query, grad_key, grad_value, None, None)"
+        )
+    return {"an output": got["output"], **dict(zip(GRADIENTS, returned))} | {
+        "returned": returned,
+        "saved": got["saved"],
+        "inputs": [*got["inputs"], got["grad_output"]],
+    }
 
 
 def check_function(kata, inputs, is_causal, scale, *, float64_throughout=False) -> None:
@@ -191,7 +133,7 @@ def check_function(kata, inputs, is_causal, scale, *, float64_throughout=False) 
         assert_close(got["an output"], want_output, call=text, what="an output", tolerance=tolerance)
         for name in GRADIENTS:
             if got[name] is None:
-                raise AssertionError(f"autograd got no {name} through {text}: backward returned None for it")
+                raise AssertionError(f"the backward of {text} returned None for {name}")
         judge_gradients(f"the backward of {text}", got, want, float64_throughout=float64_throughout)
 
 
@@ -208,26 +150,19 @@ def test_output_and_gradients_match_pytorch_attention(kata, rng, gen, dtype, dev
 
 @core
 def test_backward_called_directly_returns_one_gradient_per_input(kata, rng, gen):
-    """The backward, called through the output's grad_fn, with grad mode off as autograd's
-    engine calls it."""
+    """The backward, called as autograd's engine calls it: one value per input of forward,
+    None for is_causal and scale."""
     case = SPEC.cases.random(rng)[1]
     inputs = make_inputs(gen, case, torch.float64, "cpu")
     text = apply_repr(*inputs[:3], True, None)
 
     def check(implementation) -> dict:
-        got = backward_called_directly(implementation, *inputs, True, None)
-        if not got["grad_fn"]:
-            raise AssertionError(f"{text} {NO_GRAD_FN}")
-        grads = got["returned"]
-        if not isinstance(grads, (tuple, list)) or len(grads) != 5:
-            shown = f"({', '.join(map(describe, grads))})" if isinstance(grads, (tuple, list)) else describe(grads)
-            raise AssertionError(
-                f"the backward of {text} returned {shown}; expected 5 values, one per forward "
-                "input: (grad_query, grad_key, grad_value, None, None)"
-            )
-        found = dict(zip(GRADIENTS, grads))
-        judge_gradients(f"the backward of {text}", found, sdpa_gradients(*inputs, is_causal=True))
-        return found
+        got = outcome(implementation, inputs, True, None)
+        if any(extra is not None for extra in got["returned"][3:]):
+            shown = ", ".join(map(describe, got["returned"][3:]))
+            raise AssertionError(f"the backward of {text} returned ({shown}) for is_causal and scale; expected None, None")
+        judge_gradients(f"the backward of {text}", got, sdpa_gradients(*inputs, is_causal=True))
+        return got
 
     with SPEC.diagnosing(check, backward_sizes(inputs)):
         check(kata)
@@ -235,10 +170,11 @@ def test_backward_called_directly_returns_one_gradient_per_input(kata, rng, gen)
 
 @core
 def test_gradcheck_passes_in_float64(kata, rng, gen):
-    """Finite differences against the backward, on small float64 inputs (the random draws:
-    the edge cases run in the other tests). Fast mode compares random projections of the
-    Jacobians instead of every entry: each forward runs under the guard, and the gradients
-    themselves are compared with autograd's, entry by entry, in the other tests."""
+    """Finite differences of the forward against the backward, on small float64 inputs (the
+    random draws: the edge cases run in the other tests), gradcheck running here and each of
+    its forwards and backwards a call where the kata lives. Fast mode compares random
+    projections of the Jacobians instead of every entry: the gradients themselves are compared
+    with autograd's, entry by entry, in the other tests."""
     for index, case in enumerate(SPEC.cases.random(rng)):
         with case.judged():
             # small enough for finite differences: at most 3 x 4 x 5 x 4 x 3 (B, L, S, E, Ev)
@@ -249,13 +185,18 @@ def test_gradcheck_passes_in_float64(kata, rng, gen):
             text = apply_repr(query, key, value, is_causal, scale)
 
             def check(implementation, is_causal=is_causal, scale=scale, text=text) -> dict:
-                got = gradchecked(implementation, query, key, value, is_causal, scale)
-                if not got["passed"]:
-                    first = got["error"]
+                def function(*tensors):
+                    return Steps.apply(implementation, "AttentionFunction", (is_causal, scale), *tensors)
+
+                leaves = [t.detach().clone().requires_grad_() for t in (query, key, value)]
+                try:
+                    torch.autograd.gradcheck(function, leaves, fast_mode=True)
+                except GradcheckError as error:
+                    first = str(error).strip().splitlines()[0].rstrip(",")
                     which = re.search(r"with respect to input (\d)", first)
                     if which:
                         first += f" ({GRADIENTS[int(which.group(1))]} is off)"
-                    raise AssertionError(f"torch.autograd.gradcheck failed for {text}: {first}")
+                    raise AssertionError(f"torch.autograd.gradcheck failed for {text}: {first}") from None
                 return {}
 
             with SPEC.diagnosing(check):
@@ -267,12 +208,13 @@ def test_gradcheck_passes_in_float64(kata, rng, gen):
 
 @convention("forward keeps the tensors backward needs with ctx.save_for_backward (never as ctx attributes)")
 def test_forward_saves_tensors_for_backward(kata, rng, gen):
-    """Tensors kept for backward go through ctx.save_for_backward, which saved-tensor hooks see."""
+    """Tensors kept for backward go through ctx.save_for_backward, which the stand-in ctx records."""
     case = SPEC.cases.random(rng)[0]
-    query, key, value, _ = make_inputs(gen, case, torch.float64, "cpu")
+    query, key, value, grad_output = make_inputs(gen, case, torch.float64, "cpu")
 
     def check(implementation) -> dict:
-        if not saved_for_backward(implementation, query, key, value, True, None):
+        got = outcome(implementation, (query, key, value, grad_output), True, None)
+        if not got["saved"]:
             raise AssertionError(
                 f"{apply_repr(query, key, value, True, None)}: forward saved no tensor with ctx.save_for_backward. "
                 "Keep what backward needs with it (not as ctx attributes): autograd then checks that those tensors "
