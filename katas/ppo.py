@@ -30,15 +30,18 @@ def gae(
     anywhere, several times in a row, at t = 0 and at t = T - 1 included (then last_value is
     not used for that row). gamma = 1, lam = 1 and lam = 0 are legal (lam = 0 gives A = delta).
 
-    Conventions:
+    rewards, values and last_value share one float dtype; dones is bool or that float
+    dtype. Both results are in that dtype; float32 is computed in float32. Print nothing.
+
+    Conventions (judged apart from the math, as production code would need them):
         - no graph: advantages and returns are targets, not something to differentiate
           through. Even when rewards, values or last_value require grad, both results must
           have requires_grad False (compute them under torch.no_grad(), or detach).
-        - rewards, values and last_value share one float dtype; dones is bool or that float
-          dtype. Both results are in that dtype, on the inputs' device. float16 and bfloat16
-          are computed in float32 and cast back; float32 and float64 in their own dtype
-          (float64 never through float32).
-        - do not modify the inputs; print nothing.
+        - both results are on the inputs' device.
+        - float16 and bfloat16 inputs are computed in float32 and the results cast back to
+          their dtype.
+        - the inputs are never modified.
+        - float64 inputs are computed in float64 throughout (no step in float32).
 
     Example:
         >>> rewards = torch.tensor([[1.0, 1.0, 1.0]]); values = torch.tensor([[0.5, 0.5, 0.5]])
@@ -88,17 +91,21 @@ def ppo_clip_loss(
         value_loss   = 1/2 * mask-mean( max((values - returns)^2, (V_clipped - returns)^2) )
         total        = policy_loss + value_coef * value_loss
 
-    Conventions:
-        - gradients reach logps and values as autograd through this formula gives them (the
-          other inputs are constants: they may be detached or not). Ratios lie on both sides
-          of the clip range, with advantages of both signs, and values lie far from
-          old_values on both sides: the min, the clamps and the max all matter.
-        - an all-zero mask makes every mask-mean 0 / 0: not judged (TRL's masked_mean gives
-          NaN there).
-        - every float input shares one dtype; the three results are in it, on the inputs'
-          device. float16 and bfloat16 are computed in float32 and cast back; float32 and
-          float64 in their own dtype (float64 never through float32).
-        - do not modify the inputs; print nothing.
+    - gradients reach logps and values as autograd through this formula gives them (the
+      other inputs are constants: they may be detached or not). Ratios lie on both sides
+      of the clip range, with advantages of both signs, and values lie far from
+      old_values on both sides: the min, the clamps and the max all matter.
+    - an all-zero mask makes every mask-mean 0 / 0: not judged (TRL's masked_mean gives
+      NaN there).
+    - every float input shares one dtype; the three results are in it; float32 is
+      computed in float32. Print nothing.
+
+    Conventions (judged apart from the math, as production code would need them):
+        - the three results are on the inputs' device.
+        - float16 and bfloat16 inputs are computed in float32 and the results cast back to
+          their dtype.
+        - the inputs are never modified.
+        - float64 inputs are computed in float64 throughout (no step in float32).
 
     Example:
         >>> ones = torch.ones(1, 2)

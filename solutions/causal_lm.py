@@ -64,14 +64,12 @@ class TinyCausalLM(nn.Module):
         - feeding a sequence in pieces (a prefix, then the rest, or one token at a time,
           each call with the cache the previous one returned) gives the logits of one pass
           over the whole sequence.
-        - logits, loss and cache follow the parameters' dtype and input_ids' device; no
-          input (input_ids, targets, the cache) is modified.
+        - logits, loss and cache follow the parameters' dtype.
 
     generate(input_ids [B, T], max_new_tokens, *, temperature=0.0, top_k=None,
              generator=None, use_cache=True) -> [B, T + max_new_tokens] int64
         - returns input_ids followed by exactly max_new_tokens new tokens per row (there is
-          no end-of-sequence token), on input_ids' device; max_new_tokens = 0 returns the
-          prompt. input_ids is not modified.
+          no end-of-sequence token); max_new_tokens = 0 returns the prompt.
         - raise ValueError, before any forward, when T + max_new_tokens > max_len (the
           returned sequence never exceeds max_len; filling it exactly is fine) or when
           temperature < 0.
@@ -88,6 +86,19 @@ class TinyCausalLM(nn.Module):
           sequence so far, without a cache. Both give the same tokens.
         - runs without autograd (torch.no_grad()); the module's train()/eval() mode is left
           as it is.
+
+    Conventions (judged apart from the math, as production code would need them):
+        - bad sizes and settings raise ValueError: d_model not divisible by num_heads,
+          P + T > max_len in forward, T + max_new_tokens > max_len or a negative
+          temperature in generate.
+        - every random number generate draws comes from `generator`: given one, torch's
+          global RNG is left untouched, and the same generator state gives the same tokens.
+        - results follow input_ids' device: logits, loss and cache (the positions and the
+          causal mask made inside forward too), and generate's tokens.
+        - no input is changed in place: input_ids, targets and the cache given to forward
+          (its list and its tensors), input_ids given to generate.
+        - a model in float64 (model.double()): float64 inputs are computed in float64
+          throughout (no step in float32).
     """
 
     def __init__(

@@ -24,19 +24,26 @@ def sequence_log_probs(logits: Tensor, labels: Tensor, ignore_index: int = -100)
           (the prompt, the padding): it contributes nothing. ignore_index may be any int (a
           legal token id too); an ignored label is ignore_index itself, which need not be a
           valid index (-100): never index (gather) with it.
-        - Returns [B]: a sequence with nothing to predict (T = 1, or every shifted label
-          ignored) gives 0. V = 1 is allowed (every log-probability is then 0).
+        - Returns [B]. V = 1 is allowed (every log-probability is then 0).
         - Logits as large as 1e4 in magnitude are judged: take log-probabilities stably
           (a log-softmax, never log(softmax(...)), whose small probabilities underflow to
           0 and their log to -inf). Errors compatible with float32 arithmetic at the
-          logits' magnitude are accepted (float64's for float64 logits).
-        - dtypes: float16 and bfloat16 logits are computed in float32 (or better) and the
-          result returned in the logits' dtype; float32 in float32; float64 in float64
-          (never through float32). The result is on the logits' device.
-        - Gradients flow back to `logits` as autograd through the formula gives them; the
-          inputs are never modified; nothing is printed.
+          logits' magnitude are accepted (for float64 logits too: see the float64
+          convention below).
+        - dtypes: the result has the logits' dtype; float32 is computed in float32.
+        - Gradients flow back to `logits` as autograd through the formula gives them;
+          nothing is printed.
         - Every PyTorch function may be used (F.log_softmax, torch.logsumexp, gather,
           F.cross_entropy...).
+
+    Conventions (judged apart from the math, as production code would need them):
+        - a sequence with nothing to predict (T = 1, or every shifted label ignored)
+          gives 0.
+        - float16 and bfloat16 logits are computed in float32 (or better) and the result
+          returned in the logits' dtype.
+        - the result is on the logits' device.
+        - the inputs are never modified.
+        - float64 inputs are computed in float64 throughout (no step in float32).
 
     Example:
         >>> logits = torch.tensor([[[0.0, 0.0], [2.0, 0.0], [0.0, 0.0]]])
@@ -82,23 +89,28 @@ def dpo_loss(
         chosen_rewards   = beta * (pi_c - ref_c)     DETACHED
         rejected_rewards = beta * (pi_r - ref_r)     DETACHED
 
-    Conventions:
-        - losses is per pair (no mean): gradients flow back through it to all four inputs
-          (the reference ones too, as autograd through the formula gives, when they
-          require grad). The rewards are for logging only: they must carry no gradient
-          (requires_grad False, even when the inputs require grad).
-        - |beta * z| as large as 1e3 is judged: the losses and their gradients must stay
-          finite. log(sigmoid(x)) underflows to log(0) = -inf for x below about -88
-          (float32) or -709 (float64): use F.logsigmoid (or an equally stable form).
-          Errors compatible with the dtype's arithmetic at the inputs' magnitude are
-          accepted (z subtracts numbers of several hundreds).
-        - dtypes: the four inputs share one dtype and device. float16 and bfloat16 are
-          computed in float32 (or better: z subtracts log-probabilities of hundreds, whose
-          differences bfloat16 rounds by up to a unit), float32 in float32, float64
-          in float64 (never through float32); the three results have the inputs' dtype
-          and device.
-        - The inputs are never modified; nothing is printed. Every PyTorch function may be
-          used.
+    - losses is per pair (no mean): gradients flow back through it to all four inputs
+      (the reference ones too, as autograd through the formula gives, when they require
+      grad).
+    - |beta * z| as large as 1e3 is judged: the losses and their gradients must stay
+      finite. log(sigmoid(x)) underflows to log(0) = -inf for x below about -88 (float32)
+      or -709 (float64): use F.logsigmoid (or an equally stable form). Errors compatible
+      with the dtype's arithmetic at the inputs' magnitude are accepted (z subtracts
+      numbers of several hundreds; float32's for float64 inputs too: see the float64
+      convention below).
+    - dtypes: the four inputs share one dtype and device; the three results have the
+      inputs' dtype; float32 is computed in float32.
+    - Nothing is printed. Every PyTorch function may be used.
+
+    Conventions (judged apart from the math, as production code would need them):
+        - the rewards are for logging only: they must carry no gradient (requires_grad
+          False, even when the inputs require grad).
+        - float16 and bfloat16 inputs are computed in float32 (or better: z subtracts
+          log-probabilities of hundreds, whose differences bfloat16 rounds by up to a
+          unit) and the results returned in their dtype.
+        - the three results are on the inputs' device.
+        - the inputs are never modified.
+        - float64 inputs are computed in float64 throughout (no step in float32).
 
     Example:
         >>> losses, chosen, rejected = dpo_loss(

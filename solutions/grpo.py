@@ -18,12 +18,15 @@ def group_advantages(rewards: Tensor, group_size: int, eps: float = 1e-4) -> Ten
     - eps is added to the std, OUTSIDE the square root: a group whose rewards are all
       equal (std 0, e.g. every completion right, or every one wrong) gives advantages 0,
       never NaN.
-    - returns [N * G] in rewards' dtype and on its device (float32 or float64 rewards;
-      float64 is computed in float64, never through float32).
-    - raise ValueError when group_size < 2 (a group of one has no unbiased std) and when
-      len(rewards) is not a multiple of group_size.
-    - rewards carry no gradient here (the gradient is not judged); do not modify rewards;
-      print nothing.
+    - returns [N * G] in rewards' dtype (float32 or float64 rewards).
+    - rewards carry no gradient here (the gradient is not judged); print nothing.
+
+    Conventions (judged apart from the math, as production code would need them):
+        - raise ValueError when group_size < 2 (a group of one has no unbiased std) and
+          when len(rewards) is not a multiple of group_size.
+        - the advantages are on rewards' device.
+        - rewards is never modified.
+        - float64 inputs are computed in float64 throughout (no step in float32).
 
     Example (N = 2 prompts, G = 3):
         >>> group_advantages(torch.tensor([1.0, 0.0, 0.0, 3.0, 3.0, 3.0]), 3)
@@ -82,14 +85,22 @@ def grpo_loss(
     and the result is the mean of row over the B completions, empty rows included (the
     GRPO paper's normalisation, as TRL's "grpo" loss type): a 0-d tensor.
 
-    - beta == 0 switches the KL term off entirely: ref_logps is then not read at all (it
-      may be None, or hold anything, -inf included: 0 * inf would be NaN).
+    - beta == 0 switches the KL term off entirely: ref_logps may then be None (no
+      reference model).
     - dtypes: logps, old_logps, ref_logps and advantages are all float32 or all float64;
-      the loss has logps' dtype and device (float64 computed in float64).
+      the loss has logps' dtype.
     - gradients flow to logps as autograd through the formula above does: take min and
       clamp as they are (outside the clip range the clipped side carries no gradient);
-      old_logps, ref_logps and advantages are given constants. Do not modify the inputs;
-      print nothing.
+      old_logps, ref_logps and advantages are given constants. Print nothing.
+
+    Conventions (judged apart from the math, as production code would need them):
+        - an empty row (a completion whose mask is all 0) gives 0, never 0 / 0, and still
+          counts in the mean over the B completions.
+        - with beta == 0, ref_logps is not read at all: it may hold anything, -inf included
+          (0 * inf would be NaN).
+        - the loss is on logps' device.
+        - the inputs are never modified (logps requiring grad included).
+        - float64 inputs are computed in float64 throughout (no step in float32).
 
     Example (B = 2, T = 3; the second row is empty):
         >>> logps = torch.tensor([[-1.0, -2.0, -0.5], [-1.0, -1.0, -1.0]])

@@ -48,7 +48,13 @@ class Seq2SeqTransformer(nn.Module):
           padding (tgt_in == pad_id).
         - so the logits at a real (non-padding) position depend neither on how much padding
           follows, nor, at target position t, on the target tokens after t.
-        - inputs are not modified. S and T are at most max_len.
+        - S and T are at most max_len.
+
+    Conventions (judged apart from the math, as production code would need them):
+        - src and tgt_in are never changed in place.
+        - results follow the inputs' device: the model moved with .to(device) returns its logits
+          there (the positional table a buffer, the masks made on the inputs' device), and
+          loss_fn's loss is on the logits' device.
     """
 
     def __init__(
@@ -124,6 +130,9 @@ def loss_fn(logits: Tensor, tgt_out: Tensor, pad_id: int) -> Tensor:
     F.cross_entropy(logits.reshape(-1, V), tgt_out.reshape(-1), ignore_index=pad_id) gives
     (F.cross_entropy is allowed here). Teacher forcing: for a target batch tgt [B, T + 1]
     (BOS first), the model gets tgt_in = tgt[:, :-1] and is scored on tgt_out = tgt[:, 1:].
+
+    Conventions (judged apart from the math, as production code would need them):
+        - logits and tgt_out are never changed in place.
     """
     ### BEGIN SOLUTION
     # TODO: flatten to [B * T, V] and [B * T]; ignore the padding targets.
@@ -137,14 +146,19 @@ def greedy_decode(model: nn.Module, src: Tensor, bos_id: int, eos_id: int, max_l
 
     - ys[:, 0] is bos_id. Then, one step at a time: logits = model(src, ys) ([B, len, V]),
       the next token of each row is the argmax of its LAST position's logits
-      (logits[:, -1]), appended to ys. Use the model only through this call, without
-      gradients (torch.no_grad()); the caller chose its train()/eval() mode.
+      (logits[:, -1]), appended to ys. Use the model only through this call; the caller
+      chose its train()/eval() mode.
     - a row is finished once it has produced eos_id: every later column of that row is
       model.pad_id (whatever the model predicts there).
     - stop as soon as every row is finished (so the last column holds at least one eos_id),
       or when ys has max_len columns, whichever comes first: L = 1 + the number of steps.
       max_len counts BOS; max_len = 1 returns the BOS column alone.
-    - src is not modified.
+
+    Conventions (judged apart from the math, as production code would need them):
+        - the model runs without gradients (torch.no_grad() or torch.inference_mode()): a
+          graph kept at every step only costs memory.
+        - src is never changed in place.
+        - ys follows src's device.
     """
     ### BEGIN SOLUTION
     B = src.size(0)
@@ -181,6 +195,10 @@ def train(model: nn.Module, batches, steps: int, lr: float) -> list[float]:
       (torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)), then optimizer.step().
     - put the model in train() mode; record loss.item() of each step (the loss computed
       before that step's update).
+
+    Conventions (judged apart from the math, as production code would need them):
+        - the losses are Python floats (loss.item()): no tensor that keeps a step's graph alive.
+        - the batches are never changed in place.
     """
     ### BEGIN SOLUTION
     # TODO: Adam over every parameter, with lr; the model in train() mode.

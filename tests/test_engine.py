@@ -14,7 +14,7 @@ import pytest
 from judge.catalog import CatalogError, kata_names, load_catalog
 from judge.mutants import MutantError, load_mutants
 from judge.paths import ROOT, SOLUTIONS, spec_module
-from judge.paths import test_file as tests_of_kata  # not collected as a test
+from judge.paths import test_file as where_tests_are  # not collected as a test
 from judge.stubs import StubError, make_stub
 from judge.testing.attention import SCALE_FACTORS, relative_scale
 from judge.testing.tiers import MARKER, TIERS
@@ -241,7 +241,7 @@ def test_every_kata_declares_a_spec_with_named_edge_cases(kata):
 
 
 def uses_tiers(kata: str) -> bool:
-    where = tests_of_kata(kata)
+    where = where_tests_are(kata)
     files = sorted(where.glob("*.py")) if where.is_dir() else [where]
     return any("judge.testing.tiers" in f.read_text(encoding="utf-8") for f in files)
 
@@ -251,7 +251,7 @@ TIERED = [kata for kata in CATALOG if uses_tiers(kata)]  # the katas moved to ti
 
 def kata_tests(kata: str) -> dict:
     """{test name: the test function} of the kata's test module(s)."""
-    where = tests_of_kata(kata)
+    where = where_tests_are(kata)
     names = [f"{kata}.{p.stem}" for p in sorted(where.glob("test_*.py"))] if where.is_dir() else [where.stem]
     found = {}
     for name in names:

@@ -1,4 +1,6 @@
-"""ppo: gae against a plain Python loop in float64, ppo_clip_loss against its formula in
+"""ppo: what its tests share: the SPEC, the float64 references, the cases, the checks.
+
+gae is judged against a plain Python loop in float64, ppo_clip_loss against its formula in
 float64 (values, and gradients by autograd).
 
 PyTorch has no PPO, so both references are the kata's formulas written here in float64:
@@ -9,7 +11,7 @@ to the dtype under test), the results rounded to that dtype.
 Rollouts: rewards N(0, 1), values and last_value N(0, 2^2), episodes that end anywhere
 (each step done with probability 1/4, as bool or 0/1 floats), row 0 always done at t = 0
 and at t = T - 1, the last row never done at t = T - 1 (so last_value matters). GAE must
-record no graph: one test gives it inputs that require grad.
+record no graph: a convention test gives it inputs that require grad.
 
 Batches for the loss: log-ratios N(0, 0.35^2) (about half the ratios outside [0.8, 1.2],
 on both sides), advantages N(0, 1), values N(0, 0.5^2) away from old_values (most outside
@@ -21,6 +23,10 @@ floats. Where float32 could take another branch than float64 (a ratio or a value
 1e-3 of a clip boundary, the two squared errors within 1e-3 of a tie), the entry is moved
 inside the range (logps = old_logps, values = old_values): no tolerance can absorb a
 branch taken the other way.
+
+Every call runs in the kata process through FunctionKata (a scenario, on copies of the
+arguments), gradients through FunctionKata.judging_gradients; what GAE does with inputs
+that require grad is observed there by the scenario `gae_with_inputs_requiring_grad`.
 """
 
 import math
@@ -28,17 +34,11 @@ import math
 import torch
 
 from judge.forbidden import NONE
-from judge.testing.checks import (
-    Mismatch,
-    assert_close,
-    call_and_check_inputs,
-    call_on_device,
-    call_repr,
-    check_tensor_kind,
-    describe,
-)
+from judge.testing.checks import assert_close, check_tensor_kind
+from judge.testing.functions import FunctionKata, computation_eps, pair, tuple_of
 from judge.testing.inputs import randn
-from judge.testing.spec import CaseTable, KataSpec, dtypes, edge
+from judge.testing.scenarios import scenario
+from judge.testing.spec import CaseTable, KataSpec, core_dtype, edge
 
 FULL = (torch.float64, torch.float32)  # float64 first: the edge cases show first in it
 HALF = (torch.float16, torch.bfloat16)
@@ -73,18 +73,17 @@ MARGIN = 1e-3  # how far every entry stays from a clip boundary or a tie of the 
 # The slips this must reject: a float64 input computed through float32 measured 4.8e7 (gae),
 # 4.6e7 (loss) and 3.5e7 (gradients) times the float64 tolerance; GAE computed in the half
 # dtype itself 1.7x (float16) and 2.3x (bfloat16), the loss 39x and 241x; every slip of
-# tests/mutants/ppo.toml is off by 1e-2 to 1.
+# tests/mutants/ppo.toml is off by 1e-2 to 1. The core tier judges float64 results with
+# float32's eps (see FLOAT64_RULE); the float64 rule's test holds them to float64's.
 ROUNDING = 4
 RESULT_ULPS = 2
 
 
-def computation_eps(dtype: torch.dtype) -> float:
-    return torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).eps
-
-
-def tolerance(dtype: torch.dtype, scale: float = 1.0, half_atol: float = 0.0) -> dict:
-    """(rtol, atol) for a result of this dtype whose terms are about `scale` in size."""
-    atol = ROUNDING * computation_eps(dtype) * scale
+def tolerance(dtype: torch.dtype, scale: float = 1.0, half_atol: float = 0.0, *, float64_throughout=True) -> dict:
+    """(rtol, atol) for a result of this dtype whose terms are about `scale` in size; a
+    float64 result gets float32's eps unless float64_throughout (the core tier's, see
+    FLOAT64_RULE; True here for the SPEC's table)."""
+    atol = ROUNDING * computation_eps(core_dtype(dtype, float64_throughout)) * scale
     if dtype in FULL:
         return {"rtol": 0.0, "atol": atol}
     return {"rtol": RESULT_ULPS * torch.finfo(dtype).eps, "atol": atol + half_atol}
@@ -127,15 +126,6 @@ def hidden_sizes(rng, count: int) -> list[dict]:
 
 
 CASES = CaseTable(draw=hidden_sizes, edges=EDGES, draws=3)
-
-
-def clones(values: dict) -> dict:
-    """Fresh copies of the tensors (leaves that require grad where the originals did)."""
-    return {
-        k: v.detach().clone().requires_grad_(v.requires_grad) if isinstance(v, torch.Tensor) else v
-        for k, v in values.items()
-    }
-
 
 # --------------------------------------------------------------------------- gae
 
@@ -187,44 +177,45 @@ def gae_reference(rewards, values, dones, last_value, gamma=0.99, lam=0.95) -> t
     return want, scale
 
 
-def gae_tolerance(want: dict, scale: float) -> dict:
+def gae_tolerance(want: dict, scale: float, *, float64_throughout=False) -> dict:
     dtype = want["advantages"].dtype
     half_atol = torch.finfo(dtype).eps * float(want["advantages"].double().abs().max()) if dtype in HALF else 0.0
-    return tolerance(dtype, scale, half_atol)
+    return tolerance(dtype, scale, half_atol, float64_throughout=float64_throughout)
 
 
-def gae_call(args: dict) -> str:
-    keywords = {k: args[k] for k in ("gamma", "lam") if k in args}
-    return call_repr("gae", *(args[k] for k in GAE_INPUTS), **keywords)
+def gae_split(args: dict) -> tuple[tuple, dict]:
+    """gae's call: rewards, values, dones, last_value positionally, gamma and lam by keyword when given."""
+    return tuple(args[k] for k in GAE_INPUTS), {k: args[k] for k in ("gamma", "lam") if k in args}
 
 
-def call_gae(kata, args: dict) -> tuple[str, dict]:
-    """gae(rewards, values, dones, last_value[, gamma=..., lam=...]), every input checked
-    unchanged afterwards; the result as {advantages, returns}."""
-    keywords = {k: args[k] for k in ("gamma", "lam") if k in args}
-    call = gae_call(args)
-    tensors = {k: args[k] for k in GAE_INPUTS}
-    result = call_and_check_inputs(lambda: kata.gae(*(args[k] for k in GAE_INPUTS), **keywords), call, **tensors)
-    if not isinstance(result, (tuple, list)) or len(result) != 2:
-        raise AssertionError(f"{call} returned {describe(result)}; expected a pair (advantages, returns)")
-    return call, dict(zip(GAE_OUTPUTS, result))
+def compare_gae(got: dict, want: dict, text: str, allowed: dict) -> None:
+    """Kinds first, then values: advantages, then returns."""
+    for name in GAE_OUTPUTS:
+        check_tensor_kind(got[name], want[name], call=text, what=name)
+    for name in GAE_OUTPUTS:
+        assert_close(got[name], want[name], call=text, what=name, tolerance=allowed)
 
 
-def gae_replay(args: dict):
-    """The same call with another implementation, on copies of the inputs taken now (for the diagnosis)."""
-    originals = clones(args)
-    return lambda implementation: call_gae(implementation, clones(originals))[1]
+def check_gae(kata, args: dict, *, float64_throughout=False) -> None:
+    want, scale = gae_reference(**args)
+    allowed = gae_tolerance(want, scale, float64_throughout=float64_throughout)
+    positional, keywords = gae_split(args)
+    with PPO.judging(kata, *positional, symbol="gae", **keywords) as call:
+        compare_gae(call.outputs, want, call.text, allowed)
 
 
-def check_gae(kata, args: dict) -> None:
-    want, scale = gae_reference(**args)  # first: the kata may break its inputs
-    allowed = gae_tolerance(want, scale)
-    with SPEC.diagnosing(gae_replay(args), {}):
-        call, got = call_gae(kata, args)
-        for name in GAE_OUTPUTS:  # kinds first, then values: advantages, then returns
-            check_tensor_kind(got[name], want[name], call=call, what=name)
-        for name in GAE_OUTPUTS:
-            assert_close(got[name], want[name], call=call, what=name, tolerance=allowed)
+@scenario
+def gae_with_inputs_requiring_grad(kata, args: tuple, kwargs: dict) -> dict:
+    """gae(*args, **kwargs) with rewards, values and last_value leaves that require grad:
+    its result (detached, to travel as data) and, per element, whether it records a graph."""
+    args = list(args)
+    for index in (0, 1, 3):  # rewards, values, last_value
+        args[index] = args[index].requires_grad_()
+    result = kata.gae(*args, **kwargs)
+    if not isinstance(result, (tuple, list)):
+        return {"result": result, "graph": []}
+    graph = [type(r.grad_fn).__name__ if isinstance(r, torch.Tensor) and r.requires_grad else None for r in result]
+    return {"result": [r.detach() if isinstance(r, torch.Tensor) else r for r in result], "graph": graph}
 
 
 # --------------------------------------------------------------------------- ppo_clip_loss
@@ -234,7 +225,9 @@ LOSS_OPTIONS = ("clip_eps", "value_clip_eps", "value_coef")
 LOSS_OUTPUTS = ("total", "policy_loss", "value_loss")
 ORDER = ("policy_loss", "value_loss", "total")  # total is judged last: it follows from the other two
 DEFAULTS = {"clip_eps": 0.2, "value_clip_eps": 0.2, "value_coef": 0.5}
-LEAVES = ("logps", "values")  # what gradients are judged for
+# what each result's gradient is judged for: policy_loss's of logps, value_loss's of values,
+# total's of both (so policy_loss's of values and value_loss's of logps, zero, follow too)
+GRADIENTS = {"policy_loss": ("logps",), "value_loss": ("values",), "total": ("logps", "values")}
 
 
 def loss_options(rng, index: int) -> dict:
@@ -358,29 +351,9 @@ def loss_scales(args: dict) -> dict:
     }
 
 
-def loss_call(args: dict) -> str:
-    return call_repr(
-        "ppo_clip_loss", *(args[k] for k in LOSS_INPUTS), **{k: args[k] for k in LOSS_OPTIONS if k in args}
-    )
-
-
-def call_loss(kata, args: dict) -> tuple[str, dict]:
-    """ppo_clip_loss(logps, ..., mask[, options]), every input checked unchanged afterwards;
-    the result as {total, policy_loss, value_loss}."""
-    call = loss_call(args)
-    options = {k: args[k] for k in LOSS_OPTIONS if k in args}
-    tensors = {k: args[k] for k in LOSS_INPUTS}
-    result = call_and_check_inputs(
-        lambda: kata.ppo_clip_loss(*(args[k] for k in LOSS_INPUTS), **options), call, **tensors
-    )
-    if not isinstance(result, (tuple, list)) or len(result) != 3:
-        raise AssertionError(f"{call} returned {describe(result)}; expected a triple (total, policy_loss, value_loss)")
-    return call, dict(zip(LOSS_OUTPUTS, result))
-
-
-def loss_replay(args: dict):
-    originals = clones(args)
-    return lambda implementation: call_loss(implementation, clones(originals))[1]
+def loss_split(args: dict) -> tuple[tuple, dict]:
+    """ppo_clip_loss's call: the seven tensors positionally, the options by keyword when given."""
+    return tuple(args[k] for k in LOSS_INPUTS), {k: args[k] for k in LOSS_OPTIONS if k in args}
 
 
 def counted(args: dict) -> dict:
@@ -388,61 +361,48 @@ def counted(args: dict) -> dict:
     return {"N": int(args["mask"].detach().double().sum())}
 
 
-def check_loss(kata, args: dict) -> None:
-    reference = loss_reference(**args)  # first: the kata may break its inputs
-    dtype = args["logps"].dtype
-    want = {name: reference[name].detach().to(dtype) for name in LOSS_OUTPUTS}
-    scales = loss_scales(args)
-    with SPEC.diagnosing(loss_replay(args), counted(args)):
-        call, got = call_loss(kata, args)
-        for name in ORDER:
-            check_tensor_kind(got[name], want[name], call=call, what=name)
-        for name in ORDER:
-            assert_close(got[name], want[name], call=call, what=name, tolerance=tolerance(dtype, scales[name]))
+def loss_expected(args: dict) -> dict:
+    reference = loss_reference(**args)
+    return {name: reference[name].detach().to(args["logps"].dtype) for name in LOSS_OUTPUTS}
 
 
-def gradient_name(output: str, leaf: str) -> str:
-    return f"the gradient of {output} with respect to `{leaf}`"
+def compare_loss(got: dict, want: dict, text: str, allowed: dict) -> None:
+    """Kinds first, then values: policy_loss, value_loss, then total."""
+    for name in ORDER:
+        check_tensor_kind(got[name], want[name], call=text, what=name)
+    for name in ORDER:
+        assert_close(got[name], want[name], call=text, what=name, tolerance=allowed[name])
 
 
-def loss_gradients(kata, args: dict) -> tuple[str, dict]:
-    """Autograd through the kata: the gradient of each result with respect to logps and
-    values (zeros where a result does not depend on one)."""
-    args = clones(args)
-    for leaf in LEAVES:
-        args[leaf].requires_grad_()
-    call, got = call_loss(kata, args)
-    grads = {}
-    for output in ORDER:
-        result = got[output]
-        if not isinstance(result, torch.Tensor) or not result.requires_grad:
-            raise AssertionError(
-                f"{call}: {output} does not require grad; autograd lost track of logps and values "
-                "(no .detach(), .item(), numpy or torch.no_grad() on the way)"
-            )
-        found = torch.autograd.grad(result, [args[leaf] for leaf in LEAVES], retain_graph=True, allow_unused=True)
-        for leaf, grad in zip(LEAVES, found):
-            grads[gradient_name(output, leaf)] = torch.zeros_like(args[leaf]) if grad is None else grad
-    return call + ".backward", grads
+def check_loss(kata, args: dict, *, float64_throughout=False) -> None:
+    want, dtype, scales = loss_expected(args), args["logps"].dtype, loss_scales(args)
+    allowed = {name: tolerance(dtype, scales[name], float64_throughout=float64_throughout) for name in ORDER}
+    positional, keywords = loss_split(args)
+    with PPO.judging(kata, *positional, symbol="ppo_clip_loss", sizes=counted(args), **keywords) as call:
+        compare_loss(call.outputs, want, call.text, allowed)
 
 
-def check_loss_gradients(kata, args: dict) -> None:
-    leafy = clones(args)
-    for leaf in LEAVES:
-        leafy[leaf].requires_grad_()
+def check_loss_gradients(kata, args: dict, *, float64_throughout=False) -> None:
+    """Autograd through the kata against autograd through the float64 formula: the gradient
+    of each result with respect to what it depends on (GRADIENTS)."""
+    leafy = dict(args)
+    for leaf in ("logps", "values"):
+        leafy[leaf] = args[leaf].detach().clone().requires_grad_()
     reference = loss_reference(**leafy)
     dtype = args["logps"].dtype
-    want = {}
-    for output in ORDER:
+    allowed = tolerance(dtype, loss_scales(args)["gradient"], float64_throughout=float64_throughout)
+    positional, keywords = loss_split(args)
+    for output, leaves in GRADIENTS.items():
+        index = LOSS_OUTPUTS.index(output)
+        wrt = tuple(LOSS_INPUTS.index(leaf) for leaf in leaves)
         found = torch.autograd.grad(reference[output], reference["_leaves"], retain_graph=True, allow_unused=True)
-        for leaf, grad, like in zip(LEAVES, found, reference["_leaves"]):
-            want[gradient_name(output, leaf)] = (torch.zeros_like(like) if grad is None else grad).to(dtype)
-    allowed = tolerance(dtype, loss_scales(args)["gradient"])
-    originals = clones(args)
-    with SPEC.diagnosing(lambda implementation: loss_gradients(implementation, clones(originals))[1], counted(args)):
-        call, got = loss_gradients(kata, args)
-        for name, expected in want.items():
-            assert_close(got[name], expected, call=call, what=name, tolerance=allowed)
+        want = {f"the gradient of `{leaf}`": grad for leaf, grad in zip(("logps", "values"), found) if leaf in leaves}
+        text = PPO.text("ppo_clip_loss", positional, keywords) + f"[{index}] ({output}).backward"
+        upstream = torch.ones((), dtype=dtype)
+        options = {"wrt": wrt, "upstream": upstream, "output": index, "symbol": "ppo_clip_loss"}
+        with PPO.judging_gradients(kata, *positional, sizes=counted(args), **options, **keywords) as got:
+            for what, expected in want.items():
+                assert_close(got[what], expected.to(dtype), call=text, what=what, tolerance=allowed)
 
 
 # --------------------------------------------------------------------------- the spec
@@ -508,138 +468,8 @@ SPEC = KataSpec(
     cases=CASES,
     benchmark=benchmark,
 )
-
-
-# --------------------------------------------------------------------------- gae tests
-
-
-@dtypes(*FULL)
-def test_gae_matches_a_python_loop_on_episodes_that_end_mid_sequence(kata, rng, gen, dtype, device):
-    """dones as bool and as 0/1 floats: several episode ends per row, at t = 0 and t = T - 1 included."""
-    for case in CASES.cases(rng):
-        with case.judged():
-            for dones_as in ("bool", "float"):
-                check_gae(kata, make_rollout(gen, case, dtype, device, dones_as=dones_as))
-
-
-@dtypes(*HALF)
-def test_gae_in_half_precision_is_computed_in_float32_and_cast_back(kata, rng, gen, dtype):
-    for index, case in enumerate(CASES.cases(rng)):
-        with case.judged():
-            check_gae(kata, make_rollout(gen, case, dtype, dones_as=("bool", "float")[index % 2]))
-
-
-def test_gae_defaults_are_gamma_0_99_and_lam_0_95(kata, rng, gen):
-    for case in CASES.random(rng, 2):
-        with case.judged():
-            args = make_rollout(gen, case, torch.float64, dones_as=rng.choice(("bool", "float")))
-            for key in ("gamma", "lam"):
-                args.pop(key, None)
-            check_gae(kata, args)
-
-
-@dtypes(*FULL)
-def test_gae_records_no_graph_even_when_its_inputs_require_grad(kata, rng, gen, dtype):
-    """Advantages and returns are targets: with rewards, values and last_value requiring
-    grad, both results must have requires_grad False (torch.no_grad() or .detach())."""
-    for case in (CASES.edges[0], CASES.random(rng)[0]):
-        with case.judged():
-            args = make_rollout(gen, case, dtype, dones_as=rng.choice(("bool", "float")))
-            for name in ("rewards", "values", "last_value"):
-                args[name].requires_grad_()
-            want, scale = gae_reference(**args)
-            originals = clones(args)
-
-            def replay(implementation, originals=originals) -> dict:
-                got = call_gae(implementation, clones(originals))[1]
-                return {
-                    f"whether {name} record a graph": bool(getattr(got[name], "requires_grad", False))
-                    for name in GAE_OUTPUTS
-                }
-
-            with SPEC.diagnosing(replay, {}):
-                call, got = call_gae(kata, args)
-                for name in GAE_OUTPUTS:
-                    check_tensor_kind(got[name], want[name], call=call, what=name)
-                    if got[name].requires_grad:
-                        raise Mismatch(
-                            f"{call} with inputs that require grad returned {name} that record an autograd graph "
-                            f"(requires_grad=True, grad_fn={type(got[name].grad_fn).__name__}): advantages and "
-                            "returns are targets, computed without recording a graph (torch.no_grad() or .detach())",
-                            what=f"whether {name} record a graph",
-                            actual=True,
-                            expected=False,
-                        )
-                for name in GAE_OUTPUTS:
-                    assert_close(got[name], want[name], call=call, what=name, tolerance=gae_tolerance(want, scale))
-
-
-# --------------------------------------------------------------------------- ppo_clip_loss tests
-
-
-@dtypes(*FULL)
-def test_ppo_clip_loss_matches_the_formula_with_bool_and_float_masks(kata, rng, gen, dtype, device):
-    """Ratios outside the clip range on both sides with advantages of both signs, values far
-    from old_values on both sides; the defaults and random clip settings; a row all padding."""
-    for index, case in enumerate(CASES.cases(rng)):
-        with case.judged():
-            options = loss_options(rng, index)
-            for mask_as in ("float", "bool"):
-                check_loss(kata, make_batch(gen, case, dtype, device, mask_as=mask_as, options=options))
-
-
-@dtypes(*HALF)
-def test_ppo_clip_loss_in_half_precision_is_computed_in_float32_and_cast_back(kata, rng, gen, dtype):
-    for index, case in enumerate(CASES.cases(rng)):
-        with case.judged():
-            options = loss_options(rng, index)
-            check_loss(kata, make_batch(gen, case, dtype, mask_as=("float", "bool")[index % 2], options=options))
-
-
-@dtypes(*FULL)
-def test_gradients_reach_logps_and_values_as_autograd_through_the_formula(kata, rng, gen, dtype):
-    """The gradient of each result (total, policy_loss, value_loss) with respect to logps and
-    values: the min, both clamps and the max decide which entries get a gradient."""
-    for index, case in enumerate((*CASES.edges[:2], *CASES.random(rng, 2))):
-        with case.judged():
-            options = loss_options(rng, index)
-            check_loss_gradients(
-                kata, make_batch(gen, case, dtype, mask_as=rng.choice(("bool", "float")), options=options)
-            )
-
-
-# --------------------------------------------------------------------------- contract
-
-
-def test_results_follow_the_dtype_and_device_of_the_inputs(kata, rng, gen, other_device):
-    """On a GPU, the values too; on "meta" (no GPU) the kinds of the results only."""
-    case = CASES.random(rng)[0]
-    for dtype in FULL:
-        rollout = make_rollout(gen, case, dtype, other_device, dones_as=rng.choice(("bool", "float")))
-        batch = make_batch(gen, case, dtype, other_device, mask_as=rng.choice(("bool", "float")))
-        if other_device != "meta":
-            check_gae(kata, rollout)
-            check_loss(kata, batch)
-            continue
-        with SPEC.diagnosing(gae_replay(rollout), {}):
-            call, got = call_on_device(lambda rollout=rollout: call_gae(kata, rollout), other_device)
-            for name in GAE_OUTPUTS:  # meta tensors have a shape and a device but no values
-                check_tensor_kind(got[name], torch.empty_like(rollout["values"]), call=call, what=name)
-        with SPEC.diagnosing(loss_replay(batch), {}):
-            call, got = call_on_device(lambda batch=batch: call_loss(kata, batch), other_device)
-            for name in ORDER:
-                want = torch.empty((), dtype=dtype, device="meta")
-                check_tensor_kind(got[name], want, call=call, what=name)
-
-
-def test_does_not_modify_its_inputs(kata, rng, gen):
-    """Every call is checked (see call_gae and call_loss); here in every dtype, where a kata may convert in place."""
-    case = CASES.random(rng)[0]
-    for dtype in (*FULL, *HALF):
-        for form in ("bool", "float"):
-            rollout = make_rollout(gen, case, dtype, dones_as=form)
-            batch = make_batch(gen, case, dtype, mask_as=form)
-            with SPEC.diagnosing(gae_replay(rollout), {}):
-                call_gae(kata, rollout)
-            with SPEC.diagnosing(loss_replay(batch), counted(batch)):
-                call_loss(kata, batch)
+PPO = FunctionKata(
+    SPEC,
+    outputs={"gae": pair(*GAE_OUTPUTS), "ppo_clip_loss": tuple_of(*LOSS_OUTPUTS)},
+    parameters={"gae": (*GAE_INPUTS, "gamma", "lam"), "ppo_clip_loss": (*LOSS_INPUTS, *LOSS_OPTIONS)},
+)
