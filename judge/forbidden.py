@@ -15,7 +15,7 @@ can import or patch brings them back:
   generate_square_subsequent_mask) have their code replaced by a refusal, so every reference
   to them, one taken at import included, refuses;
 - for the backward katas, autograd: grad mode off for good (turning it on refuses; no thread
-  can be started, see judge/remote/sandbox.py), the engine and torch.func's transforms refuse.
+  can be started, see judge/sandbox.py), the engine and torch.func's transforms refuse.
 Each refusal is recorded for the process (TRIPPED), so one the kata swallows still fails its
 test. A static scan refuses, at load, the names that reach around the process (re-running
 PyTorch's own Python source, ctypes, the interpreter's internals): no kata needs them. What

@@ -55,7 +55,7 @@ def load_denied(path: Path, symbols: dict[str, Rules], kata_name: str, private_d
     rules = union(symbols)
     remove(rules, kata=kata_name, kata_file=str(path))
     if private_dir is not None and os.environ.get("KATAS_SANDBOX") != "off":  # off: tests of the other walls
-        from judge.remote.sandbox import enclose
+        from judge.sandbox import enclose
 
         os.environ["TMPDIR"] = tempfile.tempdir = private_dir
         enclose(private_dir, threads=not rules.autograd)

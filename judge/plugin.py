@@ -179,7 +179,7 @@ def kata(request):
         writer.working = [os.getpid(), request.config.kata_zygote.pid, process.pid]
         writer.events.write(Begin(nodeid=writer.running, importing=path.name, pids=writer.working))
     tests = (request.module.__name__, list(sys.path))
-    kata = process.load(str(path), spec.kata, spec.guarded_symbols, str(request.module.__file__), tests)
+    kata = process.load(str(path), spec.kata, spec.guarded_symbols, tests)
     if writer is not None:
         writer.events.write(Begin(nodeid=writer.running, pids=writer.working))
     request.config.kata_loaded = (key, kata)
@@ -365,7 +365,7 @@ def pytest_runtestloop(session):
     process = KataProcess(config.kata_zygote, mirror_death=True)
     item = session.items[0]
     tests = (item.module.__name__, list(sys.path))
-    kata = process.load(str(impl_path(config, spec.kata)), spec.kata, spec.guarded_symbols, str(item.module.__file__), tests)
+    kata = process.load(str(impl_path(config, spec.kata)), spec.kata, spec.guarded_symbols, tests)
     reference = load_kata(SOLUTIONS / f"{spec.kata}.py", *spec.guarded_symbols)  # trusted: the reference's side
     restore_torch_state(config.torch_baseline, when=f"importing {spec.kata}")
     choice = config.getoption("device")
