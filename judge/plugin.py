@@ -83,6 +83,9 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "kata_cuda: a case that needs CUDA (left out where there is none)")
     config.addinivalue_line("markers", "kata_tier(tier, stub_says=...): core or conventions (judge.testing.tiers)")
     apply_limits(config)
+    # One thread: the references and comparisons are small, and on a busy machine every op of
+    # a two-thread pool waits for its second thread (measured: 9 ms instead of 0.2 ms a linear).
+    torch.set_num_threads(1)
     config.torch_baseline = torch_state()  # before any kata is imported
     # Kata processes are forked from here, before this process runs any tensor operation,
     # with the real stderr (the log; pytest captures this process's) for their crash reports,
