@@ -161,8 +161,11 @@ IGNORE_KINDS = ("first class", "last class", "a middle class", "outside the clas
 
 def custom_ignore_index(rng, case, kind: str | None = None) -> int:
     """A custom ignore_index other than -100, of `kind` (one of IGNORE_KINDS), or drawn; the
-    first class where C is too small for the kind asked."""
+    first class where C is too small for the kind asked, and -1 for a single class (ignoring
+    it would ignore every position)."""
     C, kind = case["C"], kind or rng.choice(IGNORE_KINDS)
+    if C < 2:
+        return -1
     if kind == "a middle class" and C >= 3:
         return rng.randrange(1, C - 1)
     if kind == "last class" and C >= 2:
