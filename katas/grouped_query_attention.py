@@ -40,9 +40,15 @@ class GroupedQueryAttention(nn.Module):
         - raise ValueError when both attn_mask and is_causal=True are given (as
           F.scaled_dot_product_attention refuses them).
         - a query row whose every key is blocked is undefined and never judged.
-        - no dropout; the output has x's dtype and device; x is not modified.
-        - a blocked score must become -inf (or the dtype's lowest value): -1e9 does not
-          fit in float16.
+        - no dropout; the output has x's dtype and device.
+
+    Conventions (judged apart from the math, as production code would need them):
+        - results follow the input's device (a causal mask made inside forward too).
+        - x and attn_mask are never changed in place.
+        - float16 and bfloat16 work: a blocked score is -inf (or the dtype's lowest value),
+          not -1e9 (out of float16's range).
+        - float64 inputs are computed in float64 throughout (no step in float32).
+        - autograd sees every step (no .detach(), .data or torch.no_grad() inside forward).
     """
 
     def __init__(self, embed_dim: int, num_heads: int, num_kv_heads: int | None = None, bias: bool = False):

@@ -45,8 +45,8 @@ class LlamaBlock(nn.Module):
           (a cos - b sin, a sin + b cos) with angle p * theta_i,
           theta_i = rope_base ** (-2i / hs), i in [0, hs/2). Rotate q and k, never v.
           positions: an integer tensor [T], the position of each token (default
-          arange(T)); compute the angles in float32 or better (float32 is accepted for
-          every dtype).
+          arange(T)); compute the angles in float32 or better (never in float16 or
+          bfloat16), then cast cos and sin to x's dtype.
         - grouped-query attention: query head h reads kv head h // (H // KV), so
           consecutive query heads share a kv head (repeat_interleave, not repeat).
         - causal by index: the token at index i attends to the tokens at indices 0..i,
@@ -59,6 +59,14 @@ class LlamaBlock(nn.Module):
     multiplication, F.scaled_dot_product_attention(is_causal=True, enable_gqa=True) and
     F.silu, with every parameter random (the norms' weights included).
     PyTorch's attention (F.scaled_dot_product_attention and friends) may not be used.
+
+    Conventions (judged apart from the math, as production code would need them):
+        - results follow the input's device (the default positions and the causal mask
+          made inside forward too).
+        - x and positions are never changed in place.
+        - float16 and bfloat16 work at positions past their exact integers (2048 and 256):
+          the RoPE angles are computed in float32 or better.
+        - float64 inputs are computed in float64 throughout (no step in float32).
     """
 
     def __init__(
@@ -89,7 +97,7 @@ def rotate_half(x: Tensor) -> Tensor:
 
 def rope_cos_sin(positions: Tensor, head_size: int, base: float, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     """cos and sin of the rotation angles, each [T, head_size], in `dtype`."""
-    # TODO: theta_i = base ** (-2i / hs); angle = position * theta_i, in float32.
+    # TODO: theta_i = base ** (-2i / hs); angle = position * theta_i, in float32 (float64 for float64).
     # TODO: coordinates i and i + hs/2 share an angle.
     raise NotImplementedError
 

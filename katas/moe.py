@@ -42,8 +42,8 @@ class MoELayer(nn.Module):
         - router_logits = router(tokens), returned as they are (before any softmax), in x's
           dtype, one row per token in that order.
         - routing, as Mixtral: probabilities = softmax of router_logits over the experts,
-          computed in float32 or better (float32 for half-precision x; float32 or float64 for
-          float64 x); keep each token's top_k largest; renormalise those k to sum to 1.
+          computed in float32 or better (float32 for half-precision x); keep each token's
+          top_k largest; renormalise those k to sum to 1.
         - y[token] = sum over its k chosen experts e of weight[token, e] * experts[e](token).
         - sparse: each expert is called as a module, self.experts[e](rows), on the tokens
           routed to it ONLY (so each token passes through exactly top_k experts); an expert
@@ -51,6 +51,14 @@ class MoELayer(nn.Module):
           every token (the grader counts the rows each expert module receives).
         - y has x's dtype and device; x is not modified. Values and gradients are judged.
         - Ties between routing probabilities do not occur in the tests.
+
+    Conventions (judged apart from the math, as production code would need them):
+        - raise ValueError unless 1 <= top_k <= num_experts.
+        - top_k defaults to 2: MoELayer(d_model, d_ff, num_experts) routes each token to 2 experts.
+        - results follow the inputs' device: y and router_logits on x's.
+        - x is not modified.
+        - float16 and bfloat16 work: the routing softmax in float32, y and router_logits in x's dtype.
+        - float64 inputs are computed in float64 throughout (no step in float32).
     """
 
     def __init__(self, d_model: int, d_ff: int, num_experts: int, top_k: int = 2):
@@ -84,6 +92,12 @@ def load_balancing_loss(router_logits: Tensor, num_experts: int, top_k: int) -> 
       on its device; router_logits is not modified.
     - raise ValueError unless 1 <= top_k <= num_experts.
     As Hugging Face's load_balancing_loss_func for one layer and no attention mask.
+
+    Conventions (judged apart from the math, as production code would need them):
+        - load_balancing_loss raises ValueError unless 1 <= top_k <= num_experts.
+        - the loss is returned in router_logits' dtype (float16 and bfloat16 included), on its device.
+        - router_logits is not modified.
+        - float64 inputs are computed in float64 throughout (no step in float32).
     """
     # TODO: raise ValueError unless 1 <= top_k <= num_experts.
     # TODO: the probabilities (float32 or better) and each token's top_k experts, in order.

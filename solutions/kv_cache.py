@@ -26,6 +26,14 @@ class KVCache:
 
     reset()
         - sets `length` to 0 (the buffers stay; the next update writes from position 0).
+
+    Conventions (judged apart from the math, as production code would need them):
+        - update writes into the buffers allocated once (never a new buffer, no torch.cat)
+          and returns views of them, not copies.
+        - an update that does not fit raises ValueError before writing anything.
+        - k_new and v_new are never changed in place.
+        - float16 and bfloat16 caches work: KVCache(..., dtype=torch.float16) holds its
+          tokens in float16.
     """
 
     def __init__(
@@ -107,7 +115,15 @@ class CachedSelfAttention(nn.Module):
           (head h in columns h*hs .. (h+1)*hs - 1), then o_proj.
         - decoding a sequence in chunks (a prefill, then one token or a few at a time) gives
           the same outputs as one call on the whole sequence.
-        - output dtype and device follow x; x is never modified.
+        - output dtype and device follow x.
+
+    Conventions (judged apart from the math, as production code would need them):
+        - results follow x's device (the causal mask and the RoPE angles made inside forward
+          too), as the buffers of KVCache(..., device=...) follow the device it is given.
+        - x is never changed in place.
+        - float16 and bfloat16 work: decoding in them matches (the RoPE angles computed in
+          float32 or better; a blocked score -inf or the dtype's lowest value, not -1e9).
+        - float64 inputs are computed in float64 throughout (no step in float32).
     """
 
     def __init__(

@@ -50,6 +50,18 @@ class LoRALinear(nn.Module):
           graph): base.weight is back to what it was, up to rounding, and forward adds the
           low-rank branch again.
         - unmerging a module that is not merged does nothing.
+
+    Conventions (judged apart from the math, as production code would need them):
+        - raise ValueError when r < 1.
+        - lora_A and lora_B have base.weight's dtype and device; the output has x's dtype and device.
+        - x is never changed in place.
+        - float16 and bfloat16 work.
+        - float64 inputs are computed in float64 throughout (no step in float32).
+        - dropout: in train() mode only, on the low-rank branch's input only; base(x) always sees x
+          as it is, and eval() turns the dropout off.
+        - self.base is the very nn.Linear passed in, not a copy (merge() changes its weight in place).
+        - self.scaling = alpha / r, a Python float; alpha=None means alpha = r (scaling 1.0).
+        - merge() and unmerge() record no graph: base.weight stays a leaf with requires_grad=False.
     """
 
     def __init__(self, base: nn.Linear, r: int, alpha: float | None = None, dropout: float = 0.0):

@@ -5,7 +5,7 @@ dtype under test), rounded to the input's dtype. Inputs are [N, C], [N, C, d1] a
 [N, C, d1, d2] (some made as a [B, T, V] tensor and passed as logits.transpose(1, 2), as a
 language model's loss does, so the class dim is 1 and not contiguous), and [C] with a 0-d
 target. Targets mix class indices with ignored positions (ignore_index: the default -100,
-or a custom value that is itself a legal class, 0 or C - 1), with at least one position
+or a custom value: the first class, the last, one strictly between, or -1), with at least one position
 kept, so a mean is always defined (a mean over zero targets is NaN in PyTorch: never judged).
 
 Logits are ordinary (N(0, 3^2)) or large: each position offset by up to +-7000 and its
@@ -153,9 +153,24 @@ def make_target(gen, case, ignore_index=-100, device="cpu", p_ignore=0.3) -> tor
     return target.masked_fill(ignored, ignore_index).to(device)
 
 
-def custom_ignore_index(rng, case) -> int:
-    """A custom ignore_index that is itself a legal class (0 or C - 1) when C allows it."""
-    return rng.choice((0, case["C"] - 1)) if case["C"] >= 2 else -1
+# Where a custom ignore_index lies: the first class, the last, one strictly between, or outside
+# the classes (-1, as nanoGPT passes it). A slip that compares with the default -100, or only
+# skips the ends, shows in one of them.
+IGNORE_KINDS = ("first class", "last class", "a middle class", "outside the classes")
+
+
+def custom_ignore_index(rng, case, kind: str | None = None) -> int:
+    """A custom ignore_index other than -100, of `kind` (one of IGNORE_KINDS), or drawn; the
+    first class where C is too small for the kind asked, and -1 for a single class (ignoring
+    it would ignore every position)."""
+    C, kind = case["C"], kind or rng.choice(IGNORE_KINDS)
+    if C < 2:
+        return -1
+    if kind == "a middle class" and C >= 3:
+        return rng.randrange(1, C - 1)
+    if kind == "last class" and C >= 2:
+        return C - 1
+    return -1 if kind == "outside the classes" else 0
 
 
 # --------------------------------------------------------------------------- calls
@@ -263,10 +278,12 @@ def test_matches_pytorch_for_every_reduction(kata, rng, gen, dtype, device):
 @core
 @dtypes(*FULL)
 def test_a_custom_ignore_index_is_honoured_even_when_it_is_a_class(kata, rng, gen, dtype, device):
-    """ignore_index 0 or C - 1: a legal class index, which every position holding it must skip."""
-    for case in CASES.cases(rng):
+    """ignore_index the first class, the last, one strictly between, or outside the classes
+    (-1), in turn over the cases, so every run tries each: a legal class index is skipped at
+    every position holding it."""
+    for index, case in enumerate(CASES.cases(rng)):
         with case.judged():
-            ignore_index = custom_ignore_index(rng, case)
+            ignore_index = custom_ignore_index(rng, case, IGNORE_KINDS[index % len(IGNORE_KINDS)])
             input = make_logits(gen, case, dtype, device)
             target = make_target(gen, case, ignore_index, device, p_ignore=0.4)
             # "mean" first: under "none" a position holding ignore_index 0 gets the same wrong

@@ -1,5 +1,5 @@
 """Variant of kv_cache (correct): Hugging Face style, an inv_freq buffer (non-persistent, so
-module.to(dtype) casts it) and float32 angles whatever the dtype, queries grouped as
+module.to(dtype) casts it) and float32 angles (float64 ones for float64 inputs), queries grouped as
 (B, KV, G, T, hs) against the kv heads with einsum (no repeat), a position-comparison mask
 filled with torch.finfo(dtype).min, the cache written with index_copy_."""
 
@@ -39,13 +39,13 @@ class CachedSelfAttention(nn.Module):
         self.k_proj = nn.Linear(embed_dim, kv * hs, bias=bias)
         self.v_proj = nn.Linear(embed_dim, kv * hs, bias=bias)
         self.o_proj = nn.Linear(num_heads * hs, embed_dim, bias=bias)
-        inv_freq = 1.0 / (rope_base ** (torch.arange(0, hs, 2, dtype=torch.float32) / hs))
+        inv_freq = 1.0 / (rope_base ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def _rope(self, t, cos, sin):
         half = t.shape[-1] // 2
         rotated = torch.cat((-t[..., half:], t[..., :half]), dim=-1)
-        return (t.float() * cos + rotated.float() * sin).to(t.dtype)
+        return (t.to(cos.dtype) * cos + rotated.to(cos.dtype) * sin).to(t.dtype)
 
     def forward(self, x, cache=None):
         B, T, _ = x.shape
@@ -54,8 +54,9 @@ class CachedSelfAttention(nn.Module):
         q = self.q_proj(x).view(B, T, self.kv, G, self.hs).permute(0, 2, 3, 1, 4)  # (B, KV, G, T, hs)
         k = self.k_proj(x).view(B, T, self.kv, self.hs).transpose(1, 2)  # (B, KV, T, hs)
         v = self.v_proj(x).view(B, T, self.kv, self.hs).transpose(1, 2)
-        pos = torch.arange(past, past + T, device=x.device, dtype=torch.float32)
-        freqs = torch.outer(pos, self.inv_freq.float())
+        work = torch.float64 if x.dtype == torch.float64 else torch.float32
+        pos = torch.arange(past, past + T, device=x.device, dtype=work)
+        freqs = torch.outer(pos, self.inv_freq.to(work))
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos(), emb.sin()
         q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)

@@ -31,8 +31,9 @@ class Attention(nn.Module):
         T = x.size(1)
         hs, group = self.hs, self.H // self.KV
         pos = torch.arange(T, device=x.device) if positions is None else positions
-        freq = torch.exp(-math.log(self.base) * torch.arange(0, hs, 2, device=x.device, dtype=torch.float32) / hs)
-        angle = torch.outer(pos.float(), freq)
+        work = torch.float64 if x.dtype == torch.float64 else torch.float32  # angles in float32 or better
+        freq = torch.exp(-math.log(self.base) * torch.arange(0, hs, 2, device=x.device, dtype=work) / hs)
+        angle = torch.outer(pos.to(work), freq)
         cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         bias = torch.full((T, T), float("-inf"), dtype=x.dtype, device=x.device).triu(1)

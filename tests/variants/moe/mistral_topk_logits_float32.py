@@ -1,4 +1,6 @@
-"""Variant of moe, as in Mistral's reference code: top-k of the LOGITS, then a softmax over those k in float32 whatever x's dtype, boolean masks per expert and y[rows] += ...; the loss from per-expert token counts."""
+"""Variant of moe, as in Mistral's reference code: top-k of the LOGITS, then a softmax over those k in float32 (Mistral's
+whatever x's dtype; float64 kept for float64 x, as the kata's float64 convention asks), boolean masks per expert and
+y[rows] += ...; the loss from per-expert token counts."""
 
 import torch
 import torch.nn.functional as F
@@ -32,7 +34,7 @@ class MoELayer(nn.Module):
         gate_logits = self.router(flat)
         top_logits, chosen = torch.topk(gate_logits, self.top_k)
         # softmax over the k kept logits == the k largest probabilities renormalised
-        weights = F.softmax(top_logits, dim=1, dtype=torch.float).to(x.dtype)
+        weights = F.softmax(top_logits, dim=1, dtype=torch.promote_types(x.dtype, torch.float)).to(x.dtype)
         results = torch.zeros_like(flat)
         for i, expert in enumerate(self.experts):
             hit = chosen == i  # (N, k): at most one True per row
@@ -47,7 +49,7 @@ class MoELayer(nn.Module):
 def load_balancing_loss(router_logits: Tensor, num_experts: int, top_k: int) -> Tensor:
     if not 0 < top_k <= num_experts:
         raise ValueError("need 1 <= top_k <= num_experts")
-    probs = torch.softmax(router_logits.float(), dim=-1)
+    probs = torch.softmax(router_logits.to(torch.promote_types(router_logits.dtype, torch.float)), dim=-1)
     chosen = torch.topk(router_logits, top_k, dim=-1).indices
     counts = torch.zeros(num_experts, dtype=probs.dtype, device=probs.device)
     counts = counts.scatter_add(0, chosen.flatten(), torch.ones(chosen.numel(), dtype=probs.dtype, device=probs.device))
