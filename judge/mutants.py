@@ -52,7 +52,7 @@ class Mutant:
     edits: tuple[Edit, ...] = ()
     file: str | None = None
     why_zh: str | None = None  # the same sentence in Chinese, shown when the learner reads Chinese
-    tier: str | None = None  # the tier whose test rejects it (None: not yet declared)
+    tier: str | None = None  # the tier whose test rejects it first (None: a forbidden slip, refused instead)
 
     @property
     def id(self) -> str:
@@ -118,8 +118,8 @@ def load_mutants(kata: str, mutants: Path = MUTANTS) -> list[Mutant]:
         if any(m.name == name for m in found):
             raise MutantError(f"{where}: mutant {name!r} is listed twice")
         tier = entry.get("tier")
-        if tier is not None and tier not in TIERS:
-            raise MutantError(f"{where} ({name}): tier must be one of {TIERS}, got {tier!r}")
+        if (tier is not None or expect == "fail") and tier not in TIERS:
+            raise MutantError(f"{where} ({name}): tier must be one of {TIERS} (the tier that rejects it), got {tier!r}")
         why_zh = entry.get("why_zh")
         if why_zh is not None and (not isinstance(why_zh, str) or not why_zh.strip()):
             raise MutantError(f"{where} ({name}): why_zh, when given, must be a non-empty string")

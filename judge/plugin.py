@@ -152,6 +152,9 @@ def pytest_collection_modifyitems(session, config, items):
     """The core tests of each kata run first (a run stopped at its first failure then says
     which tier failed). Cases this machine cannot run are left out here, before any kata code
     loads, and reported as unavailable: never as a skip a kata could raise itself."""
+    undeclared = [item.nodeid for item in items if hasattr(item.module, "SPEC") and tier_of(item)[0] is None]
+    if undeclared:
+        raise pytest.UsageError(f"{undeclared[0]}: a kata test declares its tier (@core or @convention(...))")
     items.sort(key=lambda item: tier_of(item)[0] == CONVENTIONS)  # stable: core first, each in file order
     if cuda_usable(config):
         return

@@ -240,15 +240,6 @@ def test_every_kata_declares_a_spec_with_named_edge_cases(kata):
         assert len(cases) > len(spec.cases.edges)
 
 
-def uses_tiers(kata: str) -> bool:
-    where = where_tests_are(kata)
-    files = sorted(where.glob("*.py")) if where.is_dir() else [where]
-    return any("judge.testing.tiers" in f.read_text(encoding="utf-8") for f in files)
-
-
-TIERED = [kata for kata in CATALOG if uses_tiers(kata)]  # the katas moved to tiers so far
-
-
 def kata_tests(kata: str) -> dict:
     """{test name: the test function} of the kata's test module(s)."""
     where = where_tests_are(kata)
@@ -273,7 +264,7 @@ def quoted(stub_says: str, docstrings: str) -> bool:
     return re.search(pattern, docstrings) is not None
 
 
-@pytest.mark.parametrize("kata", TIERED)
+@pytest.mark.parametrize("kata", CATALOG)
 def test_every_kata_test_declares_its_tier_and_each_convention_quotes_the_stub(kata):
     docstrings = docstring_lines(kata)
     for name, test in kata_tests(kata).items():
