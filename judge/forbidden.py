@@ -49,6 +49,7 @@ class Rules:
     operators: tuple[str, ...] = ()  # substrings of aten operator names: removed, every overload
     python: tuple[Site, ...] = ()  # Python functions whose code is replaced by a refusal
     autograd: bool = False  # autograd removed: grad mode off for good, no engine, no torch.func
+    modules: tuple[str, ...] = ()  # "module:Class" a kata's module may not contain (check_structure)
     why: str = ""
 
     def __add__(self, other: Rules) -> Rules:
@@ -56,6 +57,7 @@ class Rules:
             self.operators + other.operators,
             self.python + other.python,
             self.autograd or other.autograd,
+            self.modules + other.modules,
             other.why or self.why,
         )
 
@@ -90,6 +92,7 @@ ATTENTION = Rules(
             if hasattr(getattr(torch.nn, layer), method)
         ),
     ),
+    modules=tuple(f"torch.nn:{layer}" for layer in ("MultiheadAttention", "Transformer", *_LAYERS)),
     why="this kata asks you to write attention yourself",
 )
 _ENGINE = "autograd (torch.autograd.grad, .backward(), torch.func or grad mode)"
@@ -115,6 +118,7 @@ CAUSAL_MASK = Rules(
 RMS_NORM = Rules(
     operators=("rms_norm",),
     python=(("torch.nn:RMSNorm", "forward", "nn.RMSNorm.forward"),),
+    modules=("torch.nn:RMSNorm",),
     why="this kata asks you to write RMSNorm yourself",
 )
 # The softmax under every name, and the kernels that return it or its log-normaliser (the
@@ -201,7 +205,7 @@ def trips() -> int:
 
 def refuse(shown: str):
     """Record the refusal of `shown` and raise it, naming the kata's line that led there."""
-    action = shown if shown.startswith("turns ") else f"calls {shown}"
+    action = shown if shown.startswith(("turns ", "contains ")) else f"calls {shown}"
     message = f"{_context['kata']} {action}{_where()}, which is not allowed: {_context['why']}"
     TRIPPED.append(message)
     raise ForbiddenCallError(message)
@@ -234,7 +238,7 @@ def _refused(*args, **kwargs):
 
 def remove(rules: Rules, *, kata: str, kata_file: str) -> None:
     """Take what `rules` forbid out of this process, for good (see the module docstring)."""
-    _context.update(kata=kata, file=kata_file, why=rules.why)
+    _context.update(kata=kata, file=kata_file, why=rules.why, modules=rules.modules)
     if rules.operators:
         _remove_operators(rules.operators)
     for owner, attribute, shown in rules.python:
@@ -508,6 +512,17 @@ def _remove_autograd() -> None:
 
 
 _FUNCTORCH = ("grad_impl", "grad_and_value_impl", "vjp", "jvp", "jacrev", "jacfwd", "linearize", "hessian")
+
+
+def check_structure(module) -> None:
+    """Refuse a module of the kata's that contains one of the modules its rules name (an
+    nn.MultiheadAttention inside an attention kata's layer): the delegation is refused where
+    the module is built, before a name or a value is compared."""
+    classes = tuple(_resolve(name) for name in _context.get("modules", ()))
+    for name, child in module.named_modules() if classes else ():
+        if isinstance(child, classes):
+            where = f"self.{name}" if name else "itself"
+            refuse(f"contains an nn.{type(child).__name__} ({where})")
 
 
 def union(symbols: dict[str, Rules]) -> Rules:

@@ -180,8 +180,8 @@ def write_mutants(tmp_path, text: str):
 def test_a_patch_that_no_longer_applies_fails_loudly(tmp_path):
     [gone, twice] = write_mutants(
         tmp_path,
-        '[[mutant]]\nname = "gone"\nwhy = "W."\n[[mutant.edit]]\nfind = "no such text"\nreplace = "x"\n'
-        '[[mutant]]\nname = "twice"\nwhy = "W."\n[[mutant.edit]]\nfind = "seq_len"\nreplace = "n"\n',
+        '[[mutant]]\nname = "gone"\nwhy = "W."\ntier = "core"\n[[mutant.edit]]\nfind = "no such text"\nreplace = "x"\n'
+        '[[mutant]]\nname = "twice"\nwhy = "W."\ntier = "core"\n[[mutant.edit]]\nfind = "seq_len"\nreplace = "n"\n',
     )
     with pytest.raises(MutantError, match="is not in solutions/causal_mask.py"):
         gone.source()
@@ -192,7 +192,7 @@ def test_a_patch_that_no_longer_applies_fails_loudly(tmp_path):
 def test_a_patch_that_breaks_the_syntax_fails_loudly(tmp_path):
     [broken] = write_mutants(
         tmp_path,
-        '[[mutant]]\nname = "broken"\nwhy = "W."\n[[mutant.edit]]\nfind = "diagonal=1)"\nreplace = "diagonal=1"\n',
+        '[[mutant]]\nname = "broken"\nwhy = "W."\ntier = "core"\n[[mutant.edit]]\nfind = "diagonal=1)"\nreplace = "diagonal=1"\n',
     )
     with pytest.raises(MutantError, match="does not parse"):
         broken.source()
@@ -206,8 +206,9 @@ def test_a_patch_that_breaks_the_syntax_fails_loudly(tmp_path):
         ('[[mutant]]\nname = "a"\nfile = "x.py"\n', "why must say"),
         ('[[mutant]]\nname = "a"\nwhy = "W."\nexpect = "pass"\nfile = "x.py"\n', "expect must be one of"),
         ('[[mutant]]\nname = "a"\nwhy = "W."\nfile = "x.py"\ncolour = 1\n', "unknown field"),
+        ('[[mutant]]\nname = "a"\nwhy = "W."\nfile = "x.py"\n', "tier must be one of"),
     ],
-    ids=["no edit", "name", "no why", "expect", "unknown"],
+    ids=["no edit", "name", "no why", "expect", "unknown", "no tier"],
 )
 def test_a_malformed_mutant_entry_is_refused(tmp_path, text, words):
     with pytest.raises(MutantError, match=words):

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from judge.forbidden import check_structure
 from judge.language import tr
 from judge.testing.checks import (
     Mismatch,
@@ -188,6 +189,7 @@ def made(kata, recipe: dict):
     """(the learner's module built from a recipe, None), or (None, what its parameters look
     like) when they do not match the recipe's by name and shape. Runs where the kata lives."""
     module = getattr(kata, recipe["cls"])(*recipe["positional"], **recipe["keywords"]).to(recipe["dtype"])
+    check_structure(module)
     have = dict(module.named_parameters())
     state = recipe["state"]
     if set(have) != set(state) or any(list(have[n].shape) != list(state[n].shape) for n in state):
