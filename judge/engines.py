@@ -29,10 +29,11 @@ from judge.verdicts import classify
 from judge.warm import warm_up
 
 # pytest's options for every kata process: no cache files, no plugin but ours (a user's own
-# Python may carry plugins that reorder or skip tests), our own addopts only, and one-line
-# tracebacks: the plugin writes each failure's message itself, and pytest's long ones
-# (parsing every file on the stack) cost a stub with 30 failing tests a second.
-PYTEST_FLAGS = ("-p", "no:cacheprovider", "-o", "addopts=", "-q", "--tb=line")
+# Python may carry plugins that reorder or skip tests), our own addopts only, one-line
+# tracebacks (the plugin writes each failure's message itself, and pytest's long ones, parsing
+# every file on the stack, cost a stub with 30 failing tests a second), and no assertion
+# rewriting (the kata tests' messages are their own; rewriting recompiled a test module per grade).
+PYTEST_FLAGS = ("-p", "no:cacheprovider", "-o", "addopts=", "-q", "--tb=line", "--assert=plain")
 
 
 def pytest_args(
@@ -64,8 +65,10 @@ def pytest_args(
     return args + (["--kata-timing"] if timing else []) + (["--maxfail=1"] if first_failure else [])
 
 
-def kata_env(threads: int | None = None) -> dict:
+def kata_env(threads: int | None = None, extra: dict | None = None) -> dict:
+    """The environment of a grade: this one's, with `extra` (the test suite's switches) on top."""
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
+    env.update(extra or {})
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     return env
@@ -112,18 +115,24 @@ class ProcessEngine:
 
     kind = "process"
 
-    def __init__(self, *, device: str = "cpu", limits: Limits = DEFAULT, threads: int | None = None):
-        self.device, self.limits, self.threads = device, limits, threads
+    def __init__(
+        self, *, device: str = "cpu", limits: Limits = DEFAULT, threads: int | None = None, env: dict | None = None
+    ):
+        self.device, self.limits, self.threads, self.env = device, limits, threads, env
         self.fallback_reason = ""
         keep_to_myself()  # a kata process cannot reach the results files it holds open
 
     def prepare(self) -> None:
         pass
 
+    def warm_for(self, kata: str) -> None:
+        """A fresh process per grade has nothing to warm."""
+
     def grade(self, name: str, path: Path, seed: int, *, first_failure: bool = False) -> KataResult:
         """Under the engine's limits, raised to what the kata declares it needs, on a private
         copy of the file (which the kata may delete or rewrite as it likes)."""
         limits = limits_for(name, self.limits)
+        self.warm_for(name)
         with tempfile.TemporaryDirectory(prefix=f"kata-{name}-") as scratch:
             results, log = Path(scratch) / "results.jsonl", Path(scratch) / "output.log"
             copy = private_copy(path, Path(scratch) / "kata")
@@ -143,6 +152,7 @@ class ProcessEngine:
 
     def time(self, result: KataResult, path: Path) -> None:
         """Time a passing kata against its reference: result.timing gets the figures, or an error."""
+        self.warm_for(result.name)
         with tempfile.TemporaryDirectory(prefix=f"kata-timing-{result.name}-") as scratch:
             results, log = Path(scratch) / "results.jsonl", Path(scratch) / "output.log"
             path = private_copy(path, Path(scratch) / "kata")
@@ -165,7 +175,7 @@ class ProcessEngine:
         return run_process(
             [sys.executable, "-m", "pytest", *args],
             cwd=ROOT,
-            env=kata_env(self.threads),
+            env=kata_env(self.threads, self.env),
             log_path=log,
             time_limit=time_limit,
             test_timeout=test_timeout,
@@ -187,6 +197,7 @@ class ForkEngine(ProcessEngine):
         self.ready = False
         self.baseline: int | None = None
         self.prepare_seconds = 0.0
+        self.warmed: set[str] = set()
 
     def prepare(self) -> None:
         if self.ready:
@@ -205,6 +216,26 @@ class ForkEngine(ProcessEngine):
         self.baseline = thread_count()
         self.prepare_seconds = time.perf_counter() - start
         self.ready = True
+
+    def warm_for(self, kata: str) -> None:
+        """What every grade of `kata` imports and compiles, done here once, so each forked grade
+        inherits it: the kata's test modules (pytest and the kata process find them imported),
+        and its known slips (what a failing grade's diagnosis replays)."""
+        if kata in self.warmed:
+            return
+        self.warmed.add(kata)
+        with contextlib.suppress(Exception):
+            from judge.paths import TESTS, test_file
+            from judge.testing.diagnosis import slips
+
+            if str(TESTS) not in sys.path:
+                sys.path.insert(0, str(TESTS))  # as pytest's prepend import mode does
+            where = test_file(kata)
+            names = [f"{kata}.{p.stem}" for p in sorted(where.glob("test_*.py"))] if where.is_dir() else [where.stem]
+            for name in names:
+                importlib.import_module(name)
+            slips(kata)
+        gc.freeze()  # what was made now is never collected in a child either
 
     def fork_is_safe(self) -> bool:
         if self.fallback_reason:
@@ -233,7 +264,7 @@ class ForkEngine(ProcessEngine):
         return run_forked(
             child,
             cwd=ROOT,
-            env=kata_env(self.threads),
+            env=kata_env(self.threads, self.env),
             log_path=log,
             time_limit=time_limit,
             test_timeout=test_timeout,

@@ -54,7 +54,7 @@ class ServerGone(Exception):
 class Server:
     """The grader's end of one fork server."""
 
-    def __init__(self, *, device: str, limits: Limits, threads: int | None):
+    def __init__(self, *, device: str, limits: Limits, threads: int | None, env: dict | None = None):
         self.limits = limits
         command = [sys.executable, str(ROOT / "grader.py"), "_serve", "--device", device]
         command += ["--time-limit", str(limits.time_limit), "--test-timeout", str(limits.test_timeout)]
@@ -64,7 +64,7 @@ class Server:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            env=kata_env(threads),
+            env=kata_env(threads, env),
         )
         self.buffer = b""
 
@@ -140,10 +140,12 @@ def grade_all(
     fork: bool,
     progress: Callable[[str, str], None] | None = None,
     on_result: Callable[[int, KataResult], None] | None = None,
+    env: dict | None = None,
 ) -> list[KataResult]:
     """Grade the jobs, `workers` at a time, results in the jobs' order. progress(event, name) is
     told "start" and "done" for each kata, and on_result(index, result) each verdict as soon as
-    it is known, from the worker threads (one at a time)."""
+    it is known, from the worker threads (one at a time). `env`: variables set for the grades
+    (the test suite's switches), over this process's."""
     with tempfile.TemporaryDirectory(prefix="katas-snapshot-") as snapshot:
         copies = [_snapshot(job, Path(snapshot) / str(index)) for index, job in enumerate(jobs)]
 
@@ -159,6 +161,7 @@ def grade_all(
             fork=fork,
             progress=progress,
             on_result=None if on_result is None else (lambda index, result: on_result(index, shown(index, result))),
+            env=env,
         )
     return [shown(index, result) for index, result in enumerate(results)]
 
@@ -193,6 +196,7 @@ def _grade_copies(
     fork: bool,
     progress: Callable[[str, str], None] | None,
     on_result: Callable[[int, KataResult], None] | None = None,
+    env: dict | None = None,
 ) -> list[KataResult]:
     tell = _serialised(progress)
     lock_results = threading.Lock()
@@ -206,8 +210,8 @@ def _grade_copies(
             return pending.pop(0) if pending else None
 
     def work() -> None:
-        server = _start(device, limits, threads) if fork else None
-        fresh = ProcessEngine(device=device, limits=limits, threads=threads)
+        server = _start(device, limits, threads, env) if fork else None
+        fresh = ProcessEngine(device=device, limits=limits, threads=threads, env=env)
 
         def grade_one(job: Job) -> KataResult:
             nonlocal server
@@ -216,7 +220,7 @@ def _grade_copies(
                     return server.grade(job, seed)
                 except ServerGone as gone:
                     server.close()
-                    server = _start(device, limits, threads)
+                    server = _start(device, limits, threads, env)
                     return server_died(job, str(gone))
                 except (ValueError, KeyError, TypeError):  # an answer out of protocol: grade afresh
                     server.close()
@@ -297,8 +301,8 @@ def _serialised(progress: Callable[[str, str], None] | None) -> Callable[[str, s
     return tell
 
 
-def _start(device: str, limits: Limits, threads: int | None) -> Server | None:
+def _start(device: str, limits: Limits, threads: int | None, env: dict | None = None) -> Server | None:
     try:
-        return Server(device=device, limits=limits, threads=threads)
+        return Server(device=device, limits=limits, threads=threads, env=env)
     except OSError:
         return None

@@ -4,13 +4,19 @@ verdict it must get, by both engines, while the grader goes on to grade the rest
 tests/broken/<kata>/<name>.py; each file's docstring says what it does. The comments
 below name the hole of the engine issue a file proves closed."""
 
+import atexit
 import re
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from judge.limits import Limits
 from judge.paths import ROOT
-from judge.scheduling import Job, default_workers, grade_all
+from judge.scheduling import Job
+from pool import Batch
+from pool import verdict as graded
 from judge.testing.checks import NO_GPU
 
 BROKEN = ROOT / "tests" / "broken"
@@ -110,62 +116,73 @@ WITHOUT_SANDBOX = {
 }
 
 
-def grade(names, seed: int, *, fork: bool, expected: dict = EXPECTED) -> dict:
-    """Each file up to its first failed test: its verdict is settled there."""
-    verdicts = {}
+DAEMONS = Path(tempfile.mkdtemp(prefix="katas-daemons-"))  # where leaves_a_daemon notes each daemon's pid
+atexit.register(shutil.rmtree, DAEMONS, ignore_errors=True)
+
+
+def batches(tag: str, names, seed: int, *, fork: bool, expected: dict, env: dict) -> list[Batch]:
+    """Each file up to its first failed test (its verdict is settled there), the SHORT ones
+    with a 3 s per-test limit in a batch of their own."""
+    found = []
     for short in (True, False):
-        chosen = [name for name in names if (name in SHORT) == short]
-        results = grade_all(
-            [
-                Job(name.split("/")[0], BROKEN / f"{name}.py", first_failure=expected[name][0] != "pass")
-                for name in chosen
-            ],
-            seed=seed,
-            device="cpu",
-            limits=Limits(time_limit=120, test_timeout=3 if short else 30),
-            workers=default_workers(),
-            fork=fork,
-        )
-        verdicts.update(zip(chosen, results))
-    return verdicts
-
-
-@pytest.fixture(scope="module")
-def daemons(tmp_path_factory):
-    """Where causal_mask/leaves_a_daemon notes the pid of each daemon it starts."""
-    folder = tmp_path_factory.mktemp("daemons")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("KATAS_BROKEN_PIDS", str(folder))
-        yield folder
-
-
-@pytest.fixture(scope="module")
-def verdicts(request, daemons) -> dict:
-    return grade(list(EXPECTED), request.config.kata_seed, fork=True)
-
-
-@pytest.fixture(scope="module")
-def process_verdicts(request, daemons) -> dict:
-    return grade(list(BOTH_ENGINES), request.config.kata_seed, fork=False)
-
-
-@pytest.fixture(scope="module")
-def unwalled_verdicts(request, daemons) -> dict:
-    """The files of WITHOUT_SANDBOX graded by both engines with the sandbox off."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("KATAS_SANDBOX", "off")
-        seed = request.config.kata_seed
-        return {
-            "fork": grade(list(WITHOUT_SANDBOX), seed, fork=True, expected=WITHOUT_SANDBOX),
-            "process": grade([n for n in WITHOUT_SANDBOX if n in BOTH_ENGINES], seed, fork=False, expected=WITHOUT_SANDBOX),
+        jobs = {
+            name: Job(name.split("/")[0], BROKEN / f"{name}.py", first_failure=expected[name][0] != "pass")
+            for name in names
+            if (name in SHORT) == short
         }
+        limits = Limits(time_limit=120, test_timeout=3 if short else 30)
+        found.append(Batch(f"{tag} (short)" if short else tag, jobs, limits, seed, fork=fork, env=env))
+    return found
+
+
+def grading_plan(items, config) -> list[Batch]:
+    """Every broken file by the fork engine; those of BOTH_ENGINES by the process engine too;
+    those of WITHOUT_SANDBOX by both with the sandbox off (tests/pool.py)."""
+    seed, env = config.kata_seed, {"KATAS_BROKEN_PIDS": str(DAEMONS)}
+    unwalled, both = env | {"KATAS_SANDBOX": "off"}, [name for name in WITHOUT_SANDBOX if name in BOTH_ENGINES]
+    return [
+        *batches("broken", EXPECTED, seed, fork=True, expected=EXPECTED, env=env),
+        *batches("broken, fresh processes", BOTH_ENGINES, seed, fork=False, expected=EXPECTED, env=env),
+        *batches("unwalled", WITHOUT_SANDBOX, seed, fork=True, expected=WITHOUT_SANDBOX, env=unwalled),
+        *batches("unwalled, fresh processes", both, seed, fork=False, expected=WITHOUT_SANDBOX, env=unwalled),
+    ]
+
+
+class Graded:
+    """The verdicts of one of grading_plan's tags, by file name."""
+
+    def __init__(self, tag: str):
+        self.tag = tag
+
+    def __getitem__(self, name: str):
+        return graded(f"{self.tag} (short)" if name in SHORT else self.tag, name)
+
+
+@pytest.fixture
+def verdicts() -> Graded:
+    return Graded("broken")
+
+
+@pytest.fixture
+def process_verdicts() -> Graded:
+    return Graded("broken, fresh processes")
+
+
+@pytest.fixture
+def unwalled_verdicts() -> dict:
+    return {"fork": Graded("unwalled"), "process": Graded("unwalled, fresh processes")}
+
+
+@pytest.fixture
+def daemons() -> Path:
+    return DAEMONS
 
 
 def test_every_broken_file_has_an_expected_verdict():
     assert sorted(f"{p.parent.name}/{p.stem}" for p in BROKEN.glob("*/*.py")) == sorted(EXPECTED)
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)  # it may wait for the pool (tests/pool.py)
 @pytest.mark.parametrize("name", EXPECTED)
 def test_broken_kata_gets_the_right_verdict(name, verdicts):
     status, words = EXPECTED[name]
@@ -177,7 +194,7 @@ def test_broken_kata_gets_the_right_verdict(name, verdicts):
     assert "\x1b" not in verdict.message + "".join(f["message"] for f in verdict.failures), "no terminal escape reaches the table"
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)  # it may wait for the pool (tests/pool.py)
 @pytest.mark.parametrize("name", BOTH_ENGINES)
 def test_the_process_engine_gives_the_same_verdict(name, verdicts, process_verdicts):
     fork, process = verdicts[name], process_verdicts[name]
@@ -194,14 +211,14 @@ def without_load(message: str) -> str:
     return re.sub(r" \(the machine was busy: .*? did not count\)", "", message)
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)  # it may wait for the pool (tests/pool.py)
 def test_a_debug_print_is_shown_truncated_and_not_counted(verdicts):
     verdict = verdicts["causal_mask/floods_output"]
     assert verdict.status == "pass" and verdict.passed == verdict.total, verdict
     assert verdict.printed.startswith("debug debug") and len(verdict.printed) < 400, verdict.printed[:500]
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)  # it may wait for the pool (tests/pool.py)
 def test_a_device_check_this_machine_cannot_decide_is_reported_not_passed(verdicts):
     """Hole 2: on the "meta" stand-in for a GPU, a kata that reads tensor values cannot be
     judged; the check is left out of the count and listed, never passed."""
@@ -218,7 +235,7 @@ def alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)  # it may wait for the pool (tests/pool.py)
 @pytest.mark.parametrize(
     "name, engine",
     [(name, "fork") for name in WITHOUT_SANDBOX] + [(name, "process") for name in WITHOUT_SANDBOX if name in BOTH_ENGINES],
@@ -232,7 +249,7 @@ def test_without_the_sandbox_the_other_walls_still_hold(name, engine, unwalled_v
     )
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)  # it may wait for the pool (tests/pool.py)
 def test_a_daemon_the_kata_starts_does_not_outlive_its_grade(verdicts, unwalled_verdicts, daemons):
     """In the sandbox a kata cannot fork at all. Without it, setsid() and a double fork take a
     process out of the kata's group and away from its parent; the watcher of the grade (a
@@ -243,7 +260,7 @@ def test_a_daemon_the_kata_starts_does_not_outlive_its_grade(verdicts, unwalled_
     assert not [pid for pid in pids if alive(pid)], f"daemons still alive after their grades: {pids}"
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)  # it may wait for the pool (tests/pool.py)
 def test_a_kata_that_deletes_its_file_deletes_only_its_private_copy(verdicts, unwalled_verdicts):
     assert verdicts["causal_mask/deletes_its_own_file"].status == "error"  # the sandbox refuses the write
     assert unwalled_verdicts["fork"]["causal_mask/deletes_its_own_file"].status == "pass"

@@ -10,7 +10,11 @@
 - every stub generated from solutions/ is graded "todo", and katas/ as committed is that stub.
 """
 
+import atexit
 import difflib
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +23,9 @@ from judge.limits import Limits
 from judge.mutants import MutantError, all_mutants, load_mutants
 from judge.paths import MUTANTS, SOLUTIONS, VARIANTS
 from judge.protocol import is_stale_failure
-from judge.scheduling import Job, default_workers, grade_all
+from judge.scheduling import Job
+from pool import Batch
+from pool import verdict as graded
 from judge.stubs import committed_text, make_stub
 
 CATALOG = kata_names(load_catalog())
@@ -36,15 +42,13 @@ def variant_id(path) -> str:
     return f"{path.parent.name}/{path.stem}"
 
 
-@pytest.fixture(scope="module")
-def mutant_files(tmp_path_factory) -> dict:
-    """Each mutant's text (its patch applied to the current solution) as a kata file, or the
-    MutantError that says its patch no longer applies."""
-    folder = tmp_path_factory.mktemp("mutants")
+def mutant_files(folder: Path) -> dict:
+    """Each mutant's text (its patch applied to the current solution) as a kata file in
+    `folder`, or the MutantError that says its patch no longer applies."""
     files = {}
     for mutant in MUTANT_LIST:
         path = folder / mutant.kata / f"{mutant.name}.py"
-        path.parent.mkdir(exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         try:
             path.write_text(mutant.source(), encoding="utf-8")
         except MutantError as error:
@@ -54,26 +58,35 @@ def mutant_files(tmp_path_factory) -> dict:
     return files
 
 
-@pytest.fixture(scope="module")
-def verdicts(request, mutant_files) -> dict:
-    """Grade the selected mutants and variants (all, unless -k narrows them) once, in parallel:
-    mutants up to their first failed test (enough to reject one), variants in full."""
-    chosen = [item.callspec.params for item in request.session.items if hasattr(item, "callspec")]
+FILES: dict = {}  # mutant id -> its file, or the MutantError of a stale patch (made by grading_plan)
+
+
+def grading_plan(items, config) -> list[Batch]:
+    """The grades the selected tests read (tests/pool.py): mutants up to their first failed
+    test (enough to reject one), variants and stubs in full, the size-sensitive mutants under
+    more seeds."""
+    folder = Path(tempfile.mkdtemp(prefix="katas-strength-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    FILES.update(mutant_files(folder / "mutants"))
+    chosen = [item.callspec.params if hasattr(item, "callspec") else {} for item in items]
     jobs = {
-        m.id: Job(m.kata, mutant_files[m.id], first_failure=True)
+        m.id: Job(m.kata, FILES[m.id], first_failure=True)
         for p in chosen
-        if (m := p.get("mutant")) and not isinstance(mutant_files[m.id], MutantError)
+        if (m := p.get("mutant")) and not isinstance(FILES[m.id], MutantError)
     }
     jobs |= {variant_id(v): Job(v.parent.name, v) for p in chosen if (v := p.get("variant"))}
-    results = grade_all(
-        list(jobs.values()),
-        seed=request.config.kata_seed,
-        device=request.config.getoption("device"),
-        limits=LIMITS,
-        workers=default_workers(),
-        fork=True,  # warm forked children: the same tests and verdicts, a third of the time
-    )
-    return dict(zip(jobs, results))
+    if any(item.originalname == "test_generated_stubs_are_graded_todo" for item in items):
+        (folder / "stubs").mkdir()
+        for name in CATALOG:
+            solution = (SOLUTIONS / f"{name}.py").read_text(encoding="utf-8")
+            (folder / "stubs" / f"{name}.py").write_text(make_stub(solution), encoding="utf-8")
+            jobs[f"stub/{name}"] = Job(name, folder / "stubs" / f"{name}.py")
+    batches = [Batch("strength", jobs, LIMITS, config.kata_seed)]
+    sizes = [p["mutant_id"] for p in chosen if "mutant_id" in p]
+    for n in range(1, EXTRA_SEEDS + 1):
+        extra = {mutant_id: Job(mutant_id.split("/")[0], FILES[mutant_id], first_failure=True) for mutant_id in sizes}
+        batches.append(Batch(f"strength, seed +{n}", extra, LIMITS, config.kata_seed + n))
+    return batches
 
 
 def test_every_variant_names_a_kata():
@@ -104,10 +117,10 @@ def test_a_whole_file_mutant_is_a_rewrite(mutant):
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("mutant", MUTANT_LIST, ids=lambda m: m.id)
-def test_mutant_is_rejected(mutant, mutant_files, verdicts):
-    if isinstance(mutant_files[mutant.id], MutantError):
-        raise AssertionError(str(mutant_files[mutant.id]))
-    verdict = verdicts[mutant.id]
+def test_mutant_is_rejected(mutant):
+    if isinstance(FILES[mutant.id], MutantError):
+        raise AssertionError(str(FILES[mutant.id]))
+    verdict = graded("strength", mutant.id)
     assert verdict.status == mutant.expect, (
         f"mutant {mutant.id} was graded {verdict.status!r}, not {mutant.expect!r}: "
         + ("it survived, so a test is missing" if verdict.status == "pass" else verdict.message)
@@ -130,41 +143,26 @@ def test_mutant_is_rejected(mutant, mutant_files, verdicts):
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("variant", VARIANT_FILES, ids=variant_id)
-def test_variant_passes(variant, verdicts):
-    verdict = verdicts[variant_id(variant)]
+def test_variant_passes(variant):
+    verdict = graded("strength", variant_id(variant))
     assert verdict.status == "pass", (
         f"correct variant {variant_id(variant)} was graded {verdict.status!r}: a test is too strict or wrong. {verdict.message}"
     )
     assert verdict.diagnosis == [], f"a passing kata has no diagnosis: {verdict.diagnosis}"
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("mutant_id", SIZE_SENSITIVE)
-def test_a_size_sensitive_mutant_is_rejected_under_every_seed(mutant_id, mutant_files, request):
+def test_a_size_sensitive_mutant_is_rejected_under_every_seed(mutant_id, request):
     """Random shapes alone let these through on some seeds; the named edge cases must not."""
-    kata = mutant_id.split("/")[0]
-    seeds = [request.config.kata_seed + n for n in range(1, EXTRA_SEEDS + 1)]
-    for seed in seeds:
-        [verdict] = grade_all(
-            [Job(kata, mutant_files[mutant_id], first_failure=True)],
-            seed=seed,
-            device="cpu",
-            limits=LIMITS,
-            workers=1,
-            fork=True,
-        )
-        assert verdict.status == "fail", f"{mutant_id} survived seed {seed}: {verdict.message}"
+    for n in range(1, EXTRA_SEEDS + 1):
+        verdict = graded(f"strength, seed +{n}", mutant_id)
+        assert verdict.status == "fail", f"{mutant_id} survived seed {request.config.kata_seed + n}: {verdict.message}"
 
 
-@pytest.mark.timeout(300)
-def test_generated_stubs_are_graded_todo(tmp_path, request):
-    for name in CATALOG:
-        solution = (SOLUTIONS / f"{name}.py").read_text(encoding="utf-8")
-        (tmp_path / f"{name}.py").write_text(make_stub(solution), encoding="utf-8")
-    jobs = [Job(name, tmp_path / f"{name}.py") for name in CATALOG]
-    results = grade_all(
-        jobs, seed=request.config.kata_seed, device="cpu", limits=LIMITS, workers=default_workers(), fork=True
-    )
+@pytest.mark.timeout(900)
+def test_generated_stubs_are_graded_todo():
+    results = [graded("strength", f"stub/{name}") for name in CATALOG]
     wrong = {r.name: f"{r.status}: {r.message} {r.diagnosis}" for r in results if r.status != "todo" or r.diagnosis}
     assert not wrong, f"untouched stubs must be graded 'todo': {wrong}"
 
