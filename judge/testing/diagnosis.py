@@ -130,6 +130,11 @@ def _same_failure(error: BaseException, outcome) -> bool:
 
 
 def _same(a, b, error: Mismatch) -> bool:
+    """Equal results: tensors within the mismatch's tolerance, containers item by item, the rest by repr."""
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y, error) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k], error) for k in a)
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
         return type(a) is type(b) and not isinstance(a, torch.Tensor) and repr(a) == repr(b)
     if (a.shape, a.dtype, a.device) != (b.shape, b.dtype, b.device):

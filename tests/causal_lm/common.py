@@ -372,25 +372,35 @@ def differentiated(kata, recipe: dict, ids, targets) -> dict:
 def generating(kata, recipe: dict, prompt, runs: list) -> dict:
     """The learner's model, then generate once per run {"new", "settings"} on a copy of the
     prompt ("seed" in the settings: a fresh torch.Generator seeded with it). The trace: per run
-    the tokens, the prompt as the call left it and whether torch's global RNG moved; it stops
-    at a ValueError (the run says "raised")."""
+    the tokens, the prompt as the call left it, whether torch's global RNG moved and "heads":
+    the last position's output of each lm_head call (a diagnosis's evidence: which logits the
+    tokens were picked from); it stops at a ValueError (the run says "raised")."""
     module, problem = made(kata, recipe)
     if problem:
         return {"problem": problem}
-    trace = []
-    for run in runs:
-        settings = dict(run["settings"])
-        if "seed" in settings:
-            settings["generator"] = torch.Generator(device=prompt.device).manual_seed(settings.pop("seed"))
-        given = prompt.clone()
-        before = torch.get_rng_state()
-        try:
-            tokens = module.generate(given, run["new"], **settings)
-        except ValueError as error:
-            trace.append({"raised": str(error)})
-            break
-        moved = not torch.equal(torch.get_rng_state(), before)
-        trace.append({"tokens": snapshot(tokens), "prompt": given, "global rng moved": moved})
+    trace, heads = [], []
+    head = getattr(module, "lm_head", None)
+    if isinstance(head, torch.nn.Module):
+        hook = head.register_forward_hook(lambda _, args, out: heads.append(snapshot(out[:, -1])))
+    else:
+        hook = None
+    try:
+        for run in runs:
+            settings = dict(run["settings"])
+            if "seed" in settings:
+                settings["generator"] = torch.Generator(device=prompt.device).manual_seed(settings.pop("seed"))
+            given, heads[:] = prompt.clone(), []
+            before = torch.get_rng_state()
+            try:
+                tokens = module.generate(given, run["new"], **settings)
+            except ValueError as error:
+                trace.append({"raised": str(error)})
+                break
+            moved = not torch.equal(torch.get_rng_state(), before)
+            trace.append({"tokens": snapshot(tokens), "prompt": given, "global rng moved": moved, "heads": list(heads)})
+    finally:
+        if hook is not None:
+            hook.remove()
     return {"runs": trace}
 
 

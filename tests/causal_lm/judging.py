@@ -332,17 +332,17 @@ def generation(implementation, model: Model, prompt, runs: list) -> list[dict]:
 
 def judge_generation(kata, model: Model, prompt, runs: list, judge) -> None:
     """The runs of one `generating` story, one check per run: judge(index, text, record) after
-    the tokens' form is checked, inside a diagnosis that replays the story on each known slip
-    and takes the same run's tokens."""
+    the tokens' form is checked, inside a diagnosis that replays the story on each known slip.
+    A wrong token is matched on the tokens of every run of the story, not this run's alone:
+    with a small vocabulary several slips often land on the same few tokens in one run."""
     texts = [run_text(model, prompt, run) for run in runs]
     M = model.case["M"]
 
     def replay(index: int):
         def observe(implementation) -> dict:
-            record = generated(
-                generation(implementation, model, prompt, runs), index, texts[index], prompt, runs[index]["new"], M
-            )
-            return {"tokens": record.get("tokens")}
+            trace = generation(implementation, model, prompt, runs)
+            record = generated(trace, index, texts[index], prompt, runs[index]["new"], M)
+            return {"tokens": record.get("tokens"), EVERY_RUN: every_run(trace)}
 
         return observe
 
@@ -353,7 +353,23 @@ def judge_generation(kata, model: Model, prompt, runs: list, judge) -> None:
                 trace = generation(kata, model, prompt, runs)
             record = generated(trace, index, texts[index], prompt, run["new"], M)
             check_tokens_form(record["tokens"], prompt, run["new"], call=texts[index])
-            judge(index, texts[index], record)
+            try:
+                judge(index, texts[index], record)
+            except Mismatch as error:
+                raise Mismatch(
+                    str(error), what=EVERY_RUN, actual=every_run(trace), expected=None, tolerance=tolerance(torch.float32)
+                ) from None
+
+
+EVERY_RUN = "the tokens of every run, and the logits they were picked from"
+
+
+def every_run(trace: list) -> tuple:
+    """The story's evidence for a diagnosis: each run's tokens and the last position's logits of
+    each lm_head call (or what it raised)."""
+    return tuple(
+        (record["tokens"], record["heads"]) if "tokens" in record else record.get("raised") for record in trace
+    )
 
 
 def reference_greedy(reference: Reference, prompt, new: int) -> tuple[torch.Tensor, float]:
