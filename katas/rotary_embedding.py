@@ -51,6 +51,7 @@ def apply_rotary_embedding(
         - float64 inputs are computed in float64 throughout (no step in float32). Here: a
           float64 x takes its angles in float64 too.
         - an odd D raises ValueError.
+        - x may be any view, its last dimension strided too (as x.transpose(-1, -2) of a [..., D, T] tensor is).
         - results follow x's device (the frequencies and default positions made inside too).
         - x and positions are never changed in place.
 

@@ -13,6 +13,7 @@ import torch
 from judge.paths import ROOT
 from judge.protocol import SEVERAL, SINGLE, most_specific
 from judge.testing import diagnosis
+from judge.testing import checks
 from judge.testing.checks import Mismatch
 
 ROWS = torch.arange(12, dtype=torch.float64).reshape(3, 4) / 7 - 0.5
@@ -105,6 +106,28 @@ def test_a_failure_replayed_by_a_slip_names_it():
     error = Mismatch("wrong mask", what="mask", actual=learner, expected=expected)
     lines = diagnosis.diagnose("causal_mask", error, lambda module: {"mask": module.causal_mask(5)}, {"n": 5})
     assert lines == [SINGLE + "The diagonal is blocked too: a position must be able to see itself."]
+
+
+def test_a_slip_is_matched_on_every_part_of_a_structured_result():
+    """Evidence made of parts (each run's tokens and the logits they came from) matches a slip
+    only when every part does: tensors within the tolerance, the rest exactly."""
+    diagnosis.reset_budget()
+    tokens, logits = [[1, 2, 3]], torch.tensor([0.5, 0.25])
+    error = Mismatch("wrong tokens", what="runs", actual=((tokens, [logits]),), expected=None)
+    assert diagnosis._same(((tokens, [logits + 1e-9]),), error.actual, error)
+    assert not diagnosis._same(((tokens, [logits + 1e-2]),), error.actual, error), "the logits tell the slips apart"
+    assert not diagnosis._same(((tokens, [logits, logits]),), error.actual, error)
+
+
+def test_a_mismatch_shows_as_many_digits_as_tell_the_numbers_apart():
+    """1.57646563 and 1.57646563 at 9 digits, 1.06e-10 apart (issue 21): shown until they differ."""
+    got, want = torch.tensor([1.5764656312345], dtype=torch.float64), torch.tensor([1.5764656313405], dtype=torch.float64)
+    with pytest.raises(Mismatch) as raised:
+        checks.assert_close(got, want, call="f(x)", tolerance={"rtol": 1e-13, "atol": 1e-13})
+    shown = str(raised.value).split("got ")[1].split(", off by")[0]
+    printed_got, printed_want = shown.split(", expected ")
+    assert printed_got != printed_want, f"the message hides the difference: {raised.value}"
+    assert checks.distinct(0.1, 0.1) == ("0.1", "0.1")
 
 
 def test_a_correct_result_is_never_diagnosed():

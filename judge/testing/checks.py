@@ -95,17 +95,26 @@ def assert_close(
         excess = diff / (tolerance["atol"] + tolerance["rtol"] * want.abs().nan_to_num(nan=0.0))
         worst = _index(int(excess.flatten().argmax()), got.shape)
         off = ~torch.isclose(got, want, **tolerance)
+        shown_got, shown_want = distinct(got[worst].item(), want[worst].item())
         return (
             f"{call} returned wrong {what}: {int(off.sum())} of {off.numel()} "
-            f"elements are off; the worst is at index {worst}: got {got[worst].item():.9g}, expected "
-            f"{want[worst].item():.9g}, off by {diff[worst].item():.3g} "
-            f"(allowed: {tolerance['atol']:g} + {tolerance['rtol']:g} * |expected|)"
+            f"elements are off; the worst is at index {worst}: got {shown_got}, expected {shown_want}, "
+            f"off by {diff[worst].item():.3g} (allowed: {tolerance['atol']:g} + {tolerance['rtol']:g} * |expected|)"
         )
 
     try:
         torch.testing.assert_close(actual, expected, rtol=tolerance["rtol"], atol=tolerance["atol"], msg=message)
     except AssertionError as error:
         raise mismatch(str(error)) from None
+
+
+def distinct(got: float, want: float) -> tuple[str, str]:
+    """Two numbers with as many digits as it takes to tell them apart (9 at least, 17 at most)."""
+    for digits in range(9, 18):
+        shown = f"{got:.{digits}g}", f"{want:.{digits}g}"
+        if shown[0] != shown[1] or got == want:
+            return shown
+    return shown
 
 
 def _grid(mask: torch.Tensor) -> str:
