@@ -3,6 +3,7 @@ SEED= reaches them; a kata may be named as a file; a typo gets the nearest name;
 appears only where the hidden shapes matter, in the form the learner typed."""
 
 import io
+import os
 import re
 import subprocess
 import sys
@@ -72,9 +73,12 @@ def test_the_next_step_is_the_first_broken_kata_then_the_first_untouched_one(mon
 
 
 def run_make(*args: str) -> subprocess.CompletedProcess:
+    # A make above this one (make test ARGS=-x) passes its variables down: the run starts clean.
+    env = {key: value for key, value in os.environ.items() if key not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "ARGS")}
     return subprocess.run(
         ["make", "--no-print-directory", *args, f"PYTHON={sys.executable}"],
         cwd=ROOT,
+        env=env,
         capture_output=True,
         text=True,
         timeout=300,

@@ -511,7 +511,8 @@ def test_bad_input_is_one_line_and_exit_2(argv, words, tmp_path):
 
 
 def test_make_lists_the_practice_targets_and_passes_bad_input_through(tmp_path):
-    env = dict(os.environ, KATAS_DIR=str(tmp_path / "katas"), KATAS_STATE=str(tmp_path / "state"))
+    inherited = {key: value for key, value in os.environ.items() if key not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "ARGS")}
+    env = dict(inherited, KATAS_DIR=str(tmp_path / "katas"), KATAS_STATE=str(tmp_path / "state"))
     make = ["make", "-s", f"PYTHON={sys.executable}"]  # this Python: make never sets up a .venv here
     listed = subprocess.run([*make, "help"], cwd=ROOT, capture_output=True, text=True, env=env, check=False).stdout
     for target in ("watch", "hint", "reset", "diff", "mock", "progress"):
