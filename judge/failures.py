@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 
+from judge.language import tr
 from judge.protocol import ErrorKind
 
 
@@ -62,4 +63,10 @@ def failure_text(kind: ErrorKind, name: str, message: str, where: str = "") -> s
     an exception the kata raised."""
     if kind in READ_AS_IS:
         return message
-    return f"{name}: {message}".rstrip(": ") + where
+    text = f"{name}: {message}".rstrip(": ") + where
+    if "can't start new thread" in message:  # the sandbox refused it (judge/sandbox.py)
+        text += tr(
+            "; this kata's process may start no thread: the judge traces its calls, or autograd is "
+            "removed there, and a thread would be out of sight of both"
+        )
+    return text

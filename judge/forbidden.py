@@ -51,6 +51,9 @@ class Rules:
     autograd: bool = False  # autograd removed: grad mode off for good, no engine, no torch.func
     modules: tuple[str, ...] = ()  # "module:Class" a kata's module may not contain (check_structure)
     why: str = ""
+    # False where the judge traces the kata's calls (a dispatch mode is thread-local: a thread
+    # would hide what it computes): the sandbox refuses new threads (judge/sandbox.py)
+    threads: bool = True
 
     def __add__(self, other: Rules) -> Rules:
         return Rules(
@@ -58,7 +61,8 @@ class Rules:
             self.python + other.python,
             self.autograd or other.autograd,
             self.modules + other.modules,
-            other.why or self.why,
+            "; ".join(dict.fromkeys(why for rules in (self, other) for why in rules.why.split("; ") if why)),
+            self.threads and other.threads,
         )
 
 
@@ -222,8 +226,11 @@ def _where() -> str:
 
 
 def _refusing_kernel(shown: str):
-    def kernel(*args, **kwargs):
-        refuse(shown)
+    # refuse is bound here: a kata that replaces judge.forbidden.refuse (reaching the module
+    # through sys.modules) changes how a refusal is told, never whether the operator runs.
+    def kernel(*args, _refuse=refuse, _error=ForbiddenCallError, **kwargs):
+        _refuse(shown)
+        raise _error(shown)
 
     return kernel
 

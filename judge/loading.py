@@ -58,7 +58,7 @@ def load_denied(path: Path, symbols: dict[str, Rules], kata_name: str, private_d
         from judge.sandbox import enclose
 
         os.environ["TMPDIR"] = tempfile.tempdir = private_dir
-        enclose(private_dir, threads=not rules.autograd)
+        enclose(private_dir, threads=rules.threads and not rules.autograd)
     baseline = torch_state()
     module = load_kata(path, *symbols)
     restore_torch_state(baseline, when=f"importing {path.name}")

@@ -8,7 +8,7 @@ where the machine has what it needs, the others named by `walls()`).
   repository, the venv or site-packages), and signal only itself;
 - seccomp: no new program (execve), no new process (fork, vfork, clone without
   CLONE_THREAD), no thread either where autograd is removed (a new thread would start with
-  grad mode on), no socket but a local one, no ptrace, no reading or writing another
+  grad mode on) or where the judge traces the kata (Rules.threads), no socket but a local one, no ptrace, no reading or writing another
   process's memory, no io_uring, no new namespace, signals only to itself;
 - rlimits: no core dump, a bounded number of open files (memory and file size are the
   judging process's, inherited).

@@ -216,6 +216,10 @@ ZH: dict[str, str] = {
     "{name}: ran out of memory (limit {mb} MB; is a tensor far too large?): {message}": (
         "{name}：内存不足（上限 {mb} MB；是不是某个张量大得离谱？）：{message}"
     ),
+    "; this kata's process may start no thread: the judge traces its calls, or autograd is "
+    "removed there, and a thread would be out of sight of both": (
+        "；该 kata 的进程不得启动线程：评测器在追踪它的调用，或其中已移除 autograd，线程会避开这两者"
+    ),
     "all {total} tests passed": "全部 {total} 个测试通过",
     "not started: the stub still raises NotImplementedError": "尚未开始：桩代码仍在抛出 NotImplementedError",
     "{failed} of {total} tests failed; first: {name}: {message}": (

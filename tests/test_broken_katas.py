@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import torch
 
 from judge.limits import Limits
 from judge.paths import ROOT
@@ -82,6 +83,28 @@ EXPECTED = {  # tests/broken/<kata>/<file> -> (status, words its message must co
     "causal_mask/bends_the_reference": ("fail", "tests failed"),
     "causal_mask/writes_the_results_file": ("error", "Permission denied"),  # issue 26: writes only its temp dir
     "scaled_dot_product_attention/reads_the_expected_from_the_caller": ("fail", "tests failed"),
+    # issue 26: removal reaches every way to an operator (the red team's delegations)
+    "scaled_dot_product_attention/calls_sdpa_in_a_custom_op": ("forbidden", "F.scaled_dot_product_attention"),
+    "scaled_dot_product_attention/calls_sdpa_in_torchscript": ("forbidden", "F.scaled_dot_product_attention"),
+    "scaled_dot_product_attention/calls_sdpa_through_wrapped": ("forbidden", "F.scaled_dot_product_attention"),
+    "scaled_dot_product_attention/patches_the_judge": ("forbidden", "F.scaled_dot_product_attention"),
+    "rms_norm/calls_rms_norm_in_torch_function": ("forbidden", "F.rms_norm"),
+    "softmax/calls_softmax_in_apply_": ("forbidden", "torch.softmax"),
+    "softmax/flash_logsumexp": ("forbidden", "_scaled_dot_product_flash_attention_for_cpu"),
+    "cross_entropy/flash_logsumexp": ("forbidden", "_scaled_dot_product_flash_attention_for_cpu"),
+    "layer_norm/group_norm_with_one_group": ("forbidden", "write the layer norm yourself"),
+    "attention_backward/autograd_in_placeholders": ("forbidden", "turns autograd on"),
+    # issue 26: tampering gets no pass: inputs judged by value, nothing but the temp dir written,
+    # no other process reached, no tracer hidden from
+    "scaled_dot_product_attention/modifies_query_through_numpy": ("fail", "modified its `query` argument in place"),
+    "causal_mask/plants_a_module_in_torch": ("error", "Permission denied"),
+    "causal_mask/writes_the_repository": ("error", "Permission denied"),
+    "causal_mask/writes_the_judge_through_proc": ("error", "Permission denied: '/proc/"),
+    "causal_mask/leaves_a_raw_thread_running": ("fail", "thread(s) running"),
+    "flash_attention/scores_in_a_thread": ("fail", "may start no thread"),
+    "flash_attention/scores_in_a_custom_op": ("fail", "an operator of its own"),
+    # issue 26: a fault is its own file's verdict only (graded beside the others, both cores)
+    "causal_mask/takes_3gb_per_call": ("error", "ran out of memory"),
 }
 SHORT = (
     "causal_mask/endless_loop",
@@ -265,3 +288,14 @@ def test_a_kata_that_deletes_its_file_deletes_only_its_private_copy(verdicts, un
     assert verdicts["causal_mask/deletes_its_own_file"].status == "error"  # the sandbox refuses the write
     assert unwalled_verdicts["fork"]["causal_mask/deletes_its_own_file"].status == "pass"
     assert (BROKEN / "causal_mask" / "deletes_its_own_file.py").is_file()
+
+
+@pytest.mark.timeout(900)  # it may wait for the pool (tests/pool.py)
+def test_a_kata_cannot_write_the_repository_the_venv_or_the_judge_even_as_root(verdicts):
+    """Issue 26: each of these files tries the write at import, as the user the grader runs as
+    (root on CI); the sandbox refuses it, and nothing it meant to write is there."""
+    for name in ("writes_the_repository", "plants_a_module_in_torch", "writes_the_judge_through_proc"):
+        verdict = verdicts[f"causal_mask/{name}"]
+        assert verdict.status == "error" and "Permission denied" in verdict.message, (name, verdict.message)
+    assert not (ROOT / "tests" / "written_by_a_kata.py").exists()
+    assert not (Path(torch.__file__).parent / "_planted_by_a_kata.py").exists()

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode  # the tests may trace; the kata may not
 from torch.utils._pytree import tree_flatten
 
-from judge.forbidden import ATTENTION
+from judge.forbidden import ATTENTION, Rules
 from judge.protocol import ErrorKind
 from judge.testing.attention import relative_scale
 from judge.testing.checks import META_DATA_ERRORS, NO_GPU, Inconclusive, Mismatch, call_repr, describe
@@ -92,12 +92,16 @@ class CreatedTensors(TorchDispatchMode):
         super().__init__()
         self.head_size = head_size
         self.largest, self.largest_bytes, self.largest_what, self.scores = (0, 0), 0, "nothing", 0
+        self.opaque = ""  # the first operator of another namespace than aten's (a custom op)
 
     def seen(self) -> dict:
-        return {name: getattr(self, name) for name in ("largest", "largest_bytes", "largest_what", "scores")}
+        names = ("largest", "largest_bytes", "largest_what", "scores", "opaque")
+        return {name: getattr(self, name) for name in names}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func.namespace not in ("aten", "prims") and not self.opaque:
+            self.opaque = str(func)  # what runs inside it is not seen here
         result = func(*args, **kwargs)
         first = PRODUCTS.get(func.overloadpacket)
         if first is not None and self.head_size is not None and isinstance(result, torch.Tensor):
@@ -187,7 +191,7 @@ SPEC = KataSpec(
         "F.scaled_dot_product_attention and torch.logsumexp of the scaled, masked scores in float64; "
         "the tensors the kata creates, traced"
     ),
-    forbidden=ATTENTION,
+    forbidden=ATTENTION + Rules(threads=False),  # the tracer sees the calling thread only
     tolerances=TOLERANCES,
     tolerance_note=(
         "output and logsumexp against float64 references, rescaled block after block: the solution and "
@@ -304,6 +308,11 @@ def traced_check(kata, query, key, value, *, memory=False, scores=False, **kwarg
         call, got, seen = traced_call(kata, query, key, value, head_size, kwargs)
         judge_values(call, got, want_output, want_logsumexp, query.dtype)
         largest = tuple(seen["largest"])
+        if seen["opaque"]:
+            raise AssertionError(
+                f"{call} ran {seen['opaque']}, an operator of its own: what it creates inside cannot be "
+                "traced, so its memory and scores cannot be judged; write the blocks in PyTorch operations"
+            )
         if memory and largest[0] >= full:
             raise Mismatch(
                 f"{call} created a tensor of {largest[0]} elements ({seen['largest_what']}): as many as "
