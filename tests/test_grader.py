@@ -14,7 +14,7 @@ from judge.engines import ProcessEngine
 from judge.limits import Limits
 from judge.paths import ROOT, spec_module
 from judge.protocol import KataResult, Status
-from judge.scheduling import Job, grade_all, time_all
+from judge.scheduling import Job, Server, time_all
 from judge.stubs import make_stub
 from judge.testing.spec import tolerance_table
 
@@ -56,22 +56,27 @@ def test_a_limit_counts_cpu_time_or_wall_clock_time_less_the_waits_for_a_cpu(mon
 @pytest.mark.timeout(300)
 def test_a_busy_machine_never_times_out_a_correct_kata():
     """causal_mask/slow_but_correct burns 0.6 s of CPU in its first test: within a 1.2 s limit on an
-    idle machine, past it in wall-clock time with four CPU hogs on the cores. The time its
-    processes waited for a CPU does not count, so it passes."""
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(4)]
+    idle machine, past it in wall-clock time with two CPU hogs on its core. The time its
+    processes waited for a CPU does not count, so it passes. The grading processes and the hogs
+    share one core (the other stays free for the rest of the suite), and the hogs start once
+    the fork server is warm, so they run for one grade only."""
+    core, everywhere = min(os.sched_getaffinity(0)), os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {core})  # this thread only: the server started here inherits it
     try:
-        [verdict] = grade_all(
-            [Job("causal_mask", BROKEN / "causal_mask" / "slow_but_correct.py")],
-            seed=1,
-            device="cpu",
-            limits=Limits(time_limit=60, test_timeout=1.2),
-            workers=1,
-            fork=True,
-        )
+        server = Server(device="cpu", limits=Limits(time_limit=60, test_timeout=1.2), threads=1)
     finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
+        os.sched_setaffinity(0, everywhere)
+    hogs = []
+    try:
+        assert server.grade(Job("causal_mask", ROOT / "solutions" / "causal_mask.py"), 1).status == "pass"
+        hog = f"import os; os.sched_setaffinity(0, {{{core}}})\nwhile True: pass"
+        hogs = [subprocess.Popen([sys.executable, "-c", hog]) for _ in range(2)]
+        verdict = server.grade(Job("causal_mask", BROKEN / "causal_mask" / "slow_but_correct.py"), 1)
+    finally:
+        for process in hogs:
+            process.kill()
+            process.wait()
+        server.close()
     assert verdict.status == "pass", verdict.message
 
 
