@@ -209,6 +209,7 @@ class ForkEngine(ProcessEngine):
 
             for plugin in default_plugins:
                 importlib.import_module(f"_pytest.{plugin}")
+            import pdb  # noqa: F401 - what the debugging plugin imports at each configure
         # Objects that exist now are never collected in a child: without this, pytest's
         # gc.collect() at exit walks (and copies, page by page) torch's whole heap: 1.5 s.
         gc.collect()

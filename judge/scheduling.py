@@ -146,7 +146,9 @@ def grade_all(
     told "start" and "done" for each kata, and on_result(index, result) each verdict as soon as
     it is known, from the worker threads (one at a time). `env`: variables set for the grades
     (the test suite's switches), over this process's."""
-    with tempfile.TemporaryDirectory(prefix="katas-snapshot-") as snapshot:
+    # ignore_cleanup_errors: a caller that exits mid-grade (pytest -x with the suite's pool)
+    # leaves the servers writing there; the folder is theirs to finish, not an error
+    with tempfile.TemporaryDirectory(prefix="katas-snapshot-", ignore_cleanup_errors=True) as snapshot:
         copies = [_snapshot(job, Path(snapshot) / str(index)) for index, job in enumerate(jobs)]
 
         def shown(index: int, result: KataResult) -> KataResult:

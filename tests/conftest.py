@@ -23,4 +23,5 @@ def pytest_collection_modifyitems(session, config, items):
             POOL.add(batch)
     if planned:
         items.sort(key=lambda item: item.module in planned)  # stable: the others first, in their order
-        POOL.start()
+        if not config.option.collectonly:
+            POOL.start()
