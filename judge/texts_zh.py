@@ -222,8 +222,9 @@ ZH: dict[str, str] = {
     ),
     "all {total} tests passed": "全部 {total} 个测试通过",
     "not started: the stub still raises NotImplementedError": "尚未开始：桩代码仍在抛出 NotImplementedError",
-    "{failed} of {total} tests failed; first: {name}: {message}": (
-        "{total} 个测试中有 {failed} 个失败；第一个：{name}: {message}"
+    "{failed} of {total} tests failed ({core_failed} of {core_total} core: the math is wrong); "
+    "first: {name}: {message}": (
+        "{total} 个测试中有 {failed} 个失败（核心测试 {core_total} 个中失败 {core_failed} 个：数学不对）；第一个：{name}: {message}"
     ),
     "the math is right ({passed}/{total} core); 1 convention missed: {name}: {message}": (
         "数学部分正确（核心 {passed}/{total}）；差 1 条约定：{name}: {message}"

@@ -203,9 +203,12 @@ def classify(name: str, events: list[Event], end: ProcessEnd, tail: str, limits:
     return result(
         Status.FAIL,
         tr(
-            "{failed} of {total} tests failed; first: {name}: {message}",
+            "{failed} of {total} tests failed ({core_failed} of {core_total} core: the math is wrong); "
+            "first: {name}: {message}",
             failed=len(failures),
             total=total,
+            core_failed=core["total"] - core["passed"],
+            core_total=core["total"],
             name=head.name,
             message=head.message,
         ),
