@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from pool import Batch
+from pool import verdict as graded
 
 from judge.limits import Limits
 from judge.paths import ROOT
 from judge.scheduling import Job
-from pool import Batch
-from pool import verdict as graded
 from judge.testing.checks import NO_GPU
 
 BROKEN = ROOT / "tests" / "broken"

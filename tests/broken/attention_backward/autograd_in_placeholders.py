@@ -25,6 +25,6 @@ def attention_backward(query, key, value, grad_output, is_causal=False, scale=No
     scale = 1 / math.sqrt(query.size(-1)) if scale is None else scale
     placeholders = []
     for index, like in enumerate((query, key, value)):
-        kind = type("_Later%d" % index, (_Later,), {"recipe": (query, key, value, grad_output, is_causal, scale, index)})
+        kind = type(f"_Later{index}", (_Later,), {"recipe": (query, key, value, grad_output, is_causal, scale, index)})
         placeholders.append(torch.zeros_like(like).as_subclass(kind))
     return tuple(placeholders)

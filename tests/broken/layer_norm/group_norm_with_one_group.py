@@ -2,7 +2,6 @@
 
 import math
 
-import torch
 import torch.nn.functional as F
 
 
