@@ -13,14 +13,14 @@ from torch import nn
 
 from judge.forbidden import ATTENTION
 from judge.testing import modules
-from judge.testing.inputs import as_float_mask, blocked_mask, causal_blocked, padding_mask, randn
+from judge.testing.inputs import as_float_mask, blocked_mask, padding_mask, randn
 from judge.testing.modules import (
     CASES,
     LAYER_TOLERANCES,
     ModuleKata,
-    Probe,
     attention_parameters,
     defined_rows,
+    layer_attention_probe,
     reference_masks,
     renamed,
 )
@@ -62,31 +62,6 @@ def pytorch_module(case, options):
     )
 
 
-def call_attention_as_the_layer_does(attention, args: list, kwargs: dict):
-    """The learner's self_attn called as its layer calls it (query, key, value, attn_mask,
-    key_padding_mask, is_causal), on the inputs PyTorch's self_attn got, given back in the
-    kata's terms: PyTorch turned boolean masks into 0/-inf float ones (they become True =
-    blocked again), and a mask that blocks every key j > i becomes is_causal=True plus what
-    it blocks besides. The same attention for a right implementation; a slip in its own
-    mask handling (polarity, the causal diagonal) shows here instead of passing for a slip
-    in how the layer is put together."""
-    query, key = args[0], args[1]
-    masks = []
-    for mask in (kwargs.get("attn_mask"), kwargs.get("key_padding_mask")):
-        if mask is not None and mask.is_floating_point() and bool(((mask == 0) | (mask == float("-inf"))).all()):
-            mask = mask == float("-inf")
-        masks.append(mask)
-    attn_mask, key_padding_mask = masks
-    is_causal = False
-    if attn_mask is not None and attn_mask.dtype == torch.bool:
-        future = causal_blocked(query.size(1), key.size(1)).to(attn_mask.device)
-        if bool(attn_mask[future].all()):
-            rest = attn_mask & ~future
-            attn_mask, is_causal = (rest if bool(rest.any()) else None), True
-    out = attention(query, key, args[2], attn_mask, key_padding_mask, is_causal)
-    return out[0] if isinstance(out, tuple) else out
-
-
 ENCODER = ModuleKata(
     kata="encoder_layer",
     cls="TransformerEncoderLayer",
@@ -97,7 +72,7 @@ ENCODER = ModuleKata(
     arguments=lambda case, options: ({"d_model": case["E"], "nhead": case["H"]}, options),
     forward=reference_forward,
     tolerances=LAYER_TOLERANCES,
-    probes=(Probe("self_attn", "self_attn", call_attention_as_the_layer_does),),
+    probes=(layer_attention_probe("self_attn"),),
 )
 
 

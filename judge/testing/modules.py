@@ -368,6 +368,36 @@ def call_attention(attention: nn.Module, args: list, kwargs: dict):
     return out[0] if isinstance(out, tuple) else out
 
 
+def call_attention_as_the_layer_does(attention: nn.Module, args: list, kwargs: dict):
+    """The learner's attention submodule called as its layer calls it (query, key, value,
+    attn_mask, key_padding_mask, is_causal), on the inputs PyTorch's got, given back in the
+    kata's terms: 0/-inf float masks (PyTorch's layers make them of boolean ones) become
+    True = blocked again, and a mask that blocks every key j > i becomes is_causal=True plus
+    what it blocks besides. The same attention for a right implementation; a slip in its
+    own mask handling (polarity, the causal diagonal) shows here instead of passing for a
+    slip in how the layer is put together."""
+    query, key = args[0], args[1]
+    masks = []
+    for mask in (kwargs.get("attn_mask"), kwargs.get("key_padding_mask")):
+        if mask is not None and mask.is_floating_point() and bool(((mask == 0) | (mask == float("-inf"))).all()):
+            mask = mask == float("-inf")
+        masks.append(mask)
+    attn_mask, key_padding_mask = masks
+    is_causal = False
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        future = causal_blocked(query.size(1), key.size(1)).to(attn_mask.device)
+        if bool(attn_mask[future].all()):
+            rest = attn_mask & ~future
+            attn_mask, is_causal = (rest if bool(rest.any()) else None), True
+    out = attention(query, key, args[2], attn_mask, key_padding_mask, is_causal)
+    return out[0] if isinstance(out, tuple) else out
+
+
+def layer_attention_probe(name: str) -> Probe:
+    """The learner's attention submodule `name` of a 2017 layer, called as the layer calls it."""
+    return Probe(name, name, call_attention_as_the_layer_does)
+
+
 @dataclass(frozen=True)
 class Probe:
     """One part of a layer, checked on its own when the layer's output is wrong: the learner's
