@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,11 +78,13 @@ def check(katas: list[str], seeds: list[int], workers: int, report) -> int:
         found = [s for kata in katas for s in subjects(kata, Path(folder))]
         jobs = [Job(s.kata, s.path, first_failure=s.mutant is not None) for s in found]
         for seed in seeds:
+            start, before = time.monotonic(), wrong_count
             for subject, verdict in zip(found, grade_all(jobs, seed=seed, device="cpu", limits=limits, workers=workers, fork=True)):
                 problem = wrong(subject, verdict)
                 if problem:
                     wrong_count += 1
                     report(f"{subject.kata}: {subject.label}, seed {seed}: {problem[:400]}")
+            report(f"seed {seed}: {len(found)} files, {wrong_count - before} wrong ({time.monotonic() - start:.0f} s)")
         report(f"{len(found)} files of {len(katas)} katas, {len(seeds)} seeds ({seeds[0]}..{seeds[-1]}): {wrong_count} wrong verdicts")
     return wrong_count
 
