@@ -27,7 +27,6 @@ Every check runs inside a diagnosis whose replay runs the very same scenario (tr
 the check is structural) with another implementation.
 """
 
-import contextlib
 import math
 
 import torch
@@ -36,9 +35,8 @@ from torch.utils._python_dispatch import TorchDispatchMode  # the tests may trac
 from torch.utils._pytree import tree_flatten
 
 from judge.forbidden import ATTENTION, Rules
-from judge.protocol import ErrorKind
 from judge.testing.attention import relative_scale
-from judge.testing.checks import META_DATA_ERRORS, NO_GPU, Inconclusive, Mismatch, call_repr, describe
+from judge.testing.checks import Mismatch, call_repr, describe
 from judge.testing.functions import FunctionKata
 from judge.testing.inputs import causal_blocked, randn
 from judge.testing.scenarios import scenario
@@ -341,23 +339,6 @@ def traced_check(kata, query, key, value, *, memory=False, scores=False, **kwarg
             )
 
 
-@contextlib.contextmanager
-def values_read_on_meta_are_inconclusive(device: str):
-    """A kata that reads values in Python (.tolist(), .item()) is right on a GPU; on the meta
-    stand-in it raises NotImplementedError("Cannot copy out of meta tensor") at its own line,
-    which the kata process reports as a NotImplementedError of the kata's (the stub's kind),
-    and checks.judge_on_device re-raises as such: here it is Inconclusive, as
-    checks.call_on_device has it. (A workaround: judge_on_device takes only RAISED errors as
-    the stand-in's limit.)"""
-    try:
-        yield
-    except Exception as error:  # noqa: BLE001 - re-raised unless it is the stand-in's limit
-        kind, _, text = getattr(error, "kata_error", (None, "", ""))
-        if device == "meta" and kind == ErrorKind.NOT_IMPLEMENTED and any(words in text for words in META_DATA_ERRORS):
-            raise Inconclusive(NO_GPU) from None
-        raise
-
-
 # --------------------------------------------------------------------------- tests
 
 
@@ -462,15 +443,14 @@ def test_results_follow_the_device_of_the_inputs(kata, other_device):
         output, logsumexp = reference(*(t.to(device) for t in inputs), **kwargs)
         return {"output": output.float(), "logsumexp": logsumexp.float()}
 
-    with values_read_on_meta_are_inconclusive(other_device):
-        FLASH.on_device(
-            kata,
-            other_device,
-            make=lambda device: (tuple(t.to(device) for t in inputs), kwargs),
-            expected=expected,
-            compare=SPEC.assert_close,
-            sizes=sizes(*inputs, case["block"]),
-        )
+    FLASH.on_device(
+        kata,
+        other_device,
+        make=lambda device: (tuple(t.to(device) for t in inputs), kwargs),
+        expected=expected,
+        compare=SPEC.assert_close,
+        sizes=sizes(*inputs, case["block"]),
+    )
 
 
 @convention("the inputs are never changed in place.")

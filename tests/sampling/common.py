@@ -39,16 +39,10 @@ division in float64 is off by an ulp at most.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
 from judge.forbidden import NONE
-from judge.protocol import ErrorKind
 from judge.testing.checks import (
-    META_DATA_ERRORS,
-    NO_GPU,
-    Inconclusive,
     Mismatch,
     assert_close,
     call_repr,
@@ -336,23 +330,6 @@ def sampling_raised(kata, logits, seed: int, kwargs: dict) -> dict:
     except Exception as error:  # noqa: BLE001 - the judge decides what was expected
         return {"raised": [cls.__name__ for cls in type(error).__mro__], "message": str(error)}
     return {"returned": tokens}
-
-
-@contextlib.contextmanager
-def values_read_on_meta_are_inconclusive(device: str):
-    """A kata that reads values in Python (.tolist(), .item()) is right on a GPU; on the meta
-    stand-in it raises NotImplementedError("Cannot copy out of meta tensor") at its own line,
-    which the kata process reports as a NotImplementedError of the kata's (the stub's kind),
-    and checks.judge_on_device re-raises as such: here it is Inconclusive, as
-    checks.call_on_device has it. (A workaround: judge_on_device takes only RAISED errors as
-    the stand-in's limit.)"""
-    try:
-        yield
-    except Exception as error:  # noqa: BLE001 - re-raised unless it is the stand-in's limit
-        kind, _, text = getattr(error, "kata_error", (None, "", ""))
-        if device == "meta" and kind == ErrorKind.NOT_IMPLEMENTED and any(words in text for words in META_DATA_ERRORS):
-            raise Inconclusive(NO_GPU) from None
-        raise
 
 
 # --------------------------------------------------------------------------- filter_logits: calls and checks
