@@ -49,6 +49,9 @@ def flash_attention(
           process it with is never computed. Allowed: what processing all L queries against
           every key block that starts before position L computes (per leading index, L times
           the keys of those blocks); tiling the queries too computes fewer.
+        - so write it in PyTorch operations, in the calling thread: the tracer sees neither
+          a thread you start (one is refused) nor the inside of an operator of your own
+          (a torch.library custom op fails these checks).
 
     Inputs are float32 or float64. output has the inputs' dtype; logsumexp too (for float32
     inputs float64 is accepted as well). Not allowed: PyTorch's attention
