@@ -125,7 +125,7 @@ def grade_command(argv: list[str]) -> int:
     width = width_of(list(paths))
     timer = None if args.no_timing else timing_server(args.device, limits, fork)  # warms up meanwhile
     status = StatusLine(sys.stderr, len(jobs), enabled=sys.stderr.isatty())
-    rows = Rows(status, len(jobs), lambda result: row(result, width=width, colour=colour))
+    rows = Rows(status, lambda result: row(result, width=width, colour=colour))
     status.above("\n".join(head(impl=shown, seed=seed, width=width)))
     try:
         results = grade_all(
@@ -179,7 +179,7 @@ def grade_command(argv: list[str]) -> int:
 class Rows:
     """Prints each kata's row as soon as its verdict is known, in the katas' order."""
 
-    def __init__(self, status: StatusLine, total: int, render):
+    def __init__(self, status: StatusLine, render):
         self.status, self.render = status, render
         self.ready: dict[int, KataResult] = {}
         self.next = 0
