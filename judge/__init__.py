@@ -12,7 +12,9 @@ Engine, importable without torch (the command line stays fast):
     protocol    statuses, outcomes, error kinds and the results-file events; KataResult
     limits      the per-kata and per-test limits, in one place
     isolation   running one process under those limits, and killing its whole group
-    engines     grading (and timing) one kata file: a fresh process or a warm fork
+    engines     grading (and timing) one kata file: a fresh process or a warm fork; a grade
+                started ahead of the save it judges (make watch)
+    shards      one kata's tests split over several judging processes, read back as one run
     verdicts    events + how the process ended -> a KataResult
     scheduling  many katas on several workers, through warm fork servers
     timing      timing passing katas against their PyTorch reference

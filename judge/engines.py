@@ -19,9 +19,22 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from judge.isolation import ProcessEnd, crash_details, keep_to_myself, log_tail, run_forked, run_process, thread_count
+from judge import shards as sharding
+from judge.isolation import (
+    Started,
+    crash_details,
+    finish,
+    finish_all,
+    keep_to_myself,
+    log_tail,
+    start_forked,
+    start_process,
+    stop,
+    thread_count,
+)
 from judge.limits import DEFAULT, Limits, limits_for
 from judge.paths import ROOT, test_file
 from judge.protocol import KataResult, Timing, read_events
@@ -46,9 +59,11 @@ def pytest_args(
     limits: Limits,
     timing: bool = False,
     first_failure: bool = False,
+    shard: str | None = None,
 ) -> list[str]:
     """pytest's arguments for grading (or timing) the kata file at `path`; `first_failure`
-    stops at the first failed test (enough to reject a mutant, at a fraction of the cost)."""
+    stops at the first failed test (enough to reject a mutant, at a fraction of the cost);
+    `shard` ("i/n") runs only that shard of the tests (judge.shards)."""
     args = [str(test_file(name)), *PYTEST_FLAGS]
     args += [
         "--impl",
@@ -62,6 +77,7 @@ def pytest_args(
     ]
     args += ["--results-private"] if PRIVATE_RESULTS else []  # read through /proc/self/fd: Linux
     args += [f"--memory-limit-mb={limits.memory_mb}", f"--output-limit-mb={limits.output_mb}"]
+    args += ["--shard", shard] if shard else []
     return args + (["--kata-timing"] if timing else []) + (["--maxfail=1"] if first_failure else [])
 
 
@@ -110,16 +126,90 @@ def shown_as(result: KataResult, copy: Path, original: Path) -> KataResult:
     return KataResult.from_json(json.loads(text))
 
 
+@dataclass
+class Shard:
+    """One judging process's part of a grade: its arguments, log, results file and kata copy."""
+
+    args: list[str]
+    log: Path
+    results: Path
+    copy: Path
+
+
+class Pending:
+    """A grade whose judging processes are started (one per shard): `end` supervises them to
+    their end and reads the verdict. A gated one (make watch's standby, ProcessEngine.stand_by)
+    waits, its tests collected, until `open` copies the kata file in and lets it run."""
+
+    def __init__(self, name: str, limits: Limits, scratch: tempfile.TemporaryDirectory, stack: contextlib.ExitStack):
+        self.name, self.limits, self.scratch, self.stack = name, limits, scratch, stack
+        self.parts: list[Shard] = []
+        self.starts: list[Started] = []
+        self.gates: list[int] = []  # the write end of each gated judging process's gate
+
+    def open(self, path: Path) -> bool:
+        """Copy the kata file in and let the tests run; False if it could not be copied."""
+        for part in self.parts:
+            if private_copy(path, part.copy.parent) != part.copy:
+                return False
+        for gate in self.gates:
+            with contextlib.suppress(OSError):  # a judging process that already died is graded as such
+                os.write(gate, b"go")
+            os.close(gate)
+        self.gates = []
+        return True
+
+    def end(self, path: Path) -> KataResult:
+        """The verdict, once every judging process has ended (or was stopped at a limit)."""
+        try:
+            options = {"time_limit": self.limits.time_limit, "test_timeout": self.limits.test_timeout}
+            runs = [(started, options | {"events": part.results}) for started, part in zip(self.starts, self.parts)]
+            ends = finish_all(runs)
+            events, decider = sharding.combine([(read_events(p.results), end) for p, end in zip(self.parts, ends)])
+            part = self.parts[decider]
+            result = classify(self.name, events, ends[decider], crash_details(part.log, part.copy), self.limits)
+            for part in self.parts:
+                result = shown_as(result, part.copy, path)
+            return result
+        finally:
+            self.close()
+
+    def discard(self) -> None:
+        """Stop the judging processes unheard (closing a gate ends one that waits) and clean up."""
+        for gate in self.gates:
+            os.close(gate)
+        self.gates = []
+        for started in self.starts:
+            stop(started)
+        self.close()
+
+    def close(self) -> None:
+        self.stack.close()
+        self.scratch.cleanup()
+
+
 class ProcessEngine:
-    """Each grade in a fresh process, exactly as `make check` runs it."""
+    """Each grade in a fresh process, exactly as `make check` runs it.
+
+    `shards` > 1 splits each grade's tests over that many judging processes run at once
+    (judge.shards): a single kata's verdict on several cores. A grade that stops at its
+    first failure (a mutant's) runs whole."""
 
     kind = "process"
 
     def __init__(
-        self, *, device: str = "cpu", limits: Limits = DEFAULT, threads: int | None = None, env: dict | None = None
+        self,
+        *,
+        device: str = "cpu",
+        limits: Limits = DEFAULT,
+        threads: int | None = None,
+        env: dict | None = None,
+        shards: int = 1,
     ):
         self.device, self.limits, self.threads, self.env = device, limits, threads, env
+        self.shards = max(1, shards)
         self.fallback_reason = ""
+        self.standby: tuple[tuple, Pending] | None = None
         keep_to_myself()  # a kata process cannot reach the results files it holds open
 
     def prepare(self) -> None:
@@ -130,25 +220,64 @@ class ProcessEngine:
 
     def grade(self, name: str, path: Path, seed: int, *, first_failure: bool = False) -> KataResult:
         """Under the engine's limits, raised to what the kata declares it needs, on a private
-        copy of the file (which the kata may delete or rewrite as it likes)."""
+        copy of the file (which the kata may delete or rewrite as it likes), one per shard;
+        by the grade standing by for it, if there is one (stand_by)."""
+        key, standby = (name, path, seed, first_failure, self.limits, self.device), self.standby
+        self.standby = None
+        if standby is not None and (standby[0] != key or not standby[1].open(path)):
+            standby[1].discard()
+            standby = None
+        pending = standby[1] if standby is not None else self.begin(name, path, seed, first_failure=first_failure)
+        return pending.end(path)
+
+    def stand_by(self, name: str, path: Path, seed: int) -> None:
+        """Start the next grade of this kata file now, up to its tests collected, so that
+        grade (make watch's next save) starts its tests at once. Replaces any other standby."""
+        self.close()
+        self.standby = ((name, path, seed, False, self.limits, self.device), self.begin(name, path, seed, gated=True))
+
+    def close(self) -> None:
+        """Let go of the grade standing by, if any."""
+        if self.standby is not None:
+            self.standby[1].discard()
+            self.standby = None
+
+    def begin(self, name: str, path: Path, seed: int, *, first_failure: bool = False, gated: bool = False) -> Pending:
+        """A grade's judging processes, started: one per shard (first_failure: one), each on a
+        private copy of the kata file, made now (or, gated, when the grade is opened)."""
         limits = limits_for(name, self.limits)
         self.warm_for(name)
-        with tempfile.TemporaryDirectory(prefix=f"kata-{name}-") as scratch:
-            results, log = Path(scratch) / "results.jsonl", Path(scratch) / "output.log"
-            copy = private_copy(path, Path(scratch) / "kata")
+        count = 1 if first_failure else self.shards
+        pending = Pending(name, limits, tempfile.TemporaryDirectory(prefix=f"kata-{name}-"), contextlib.ExitStack())
+        for index in range(count):
+            folder = Path(pending.scratch.name) / (f"shard-{index}" if count > 1 else "")
+            folder.mkdir(exist_ok=True)
+            copy = folder / "kata" / path.name if gated else private_copy(path, folder / "kata")
+            results = pending.stack.enter_context(kept_open(folder / "results.jsonl"))
+            shard = sharding.option(index, count) if count > 1 else None
             args = pytest_args(
                 name,
                 copy,
                 seed=seed,
                 device=self.device,
-                results=results,
+                results=folder / "results.jsonl",
                 limits=limits,
                 first_failure=first_failure,
+                shard=shard,
             )
-            with kept_open(results) as readable:
-                end = self.run(args, log, readable, limits.time_limit, limits.test_timeout)
-                result = classify(name, read_events(readable), end, crash_details(log, copy), limits)
-            return shown_as(result, copy, path)
+            gate = None
+            if gated:
+                gate = os.pipe()
+                os.set_inheritable(gate[0], True)  # through exec, for the process engine
+                args += ["--gate", str(gate[0])]
+                pending.gates.append(gate[1])
+            pending.parts.append(Shard(args, folder / "output.log", results, copy))
+            # no judging process holds a gate's other end (its own or an earlier shard's): the
+            # grader's going, or its letting go, is an end of file at every gate
+            pending.starts.append(self.start(args, folder / "output.log", close=tuple(pending.gates)))
+            if gate:
+                os.close(gate[0])
+        return pending
 
     def time(self, result: KataResult, path: Path) -> None:
         """Time a passing kata against its reference: result.timing gets the figures, or an error."""
@@ -160,7 +289,7 @@ class ProcessEngine:
                 result.name, path, seed=0, device=self.device, results=results, limits=self.limits, timing=True
             )
             with kept_open(results) as readable:
-                end = self.run(args, log, None, self.limits.timing_limit(), None)
+                end = finish(self.start(args, log), time_limit=self.limits.timing_limit())
                 timing = next((e.timing for e in read_events(readable) if isinstance(e, Timing)), None)
             if timing is not None:
                 result.timing = timing
@@ -169,18 +298,11 @@ class ProcessEngine:
             else:
                 result.timing = {"error": f"timing failed: {log_tail(log)}"}
 
-    def run(
-        self, args: list[str], log: Path, events: Path | None, time_limit: float, test_timeout: float | None
-    ) -> ProcessEnd:
-        return run_process(
-            [sys.executable, "-m", "pytest", *args],
-            cwd=ROOT,
-            env=kata_env(self.threads, self.env),
-            log_path=log,
-            time_limit=time_limit,
-            test_timeout=test_timeout,
-            events=events,
-        )
+    def start(self, args: list[str], log: Path, *, close: tuple[int, ...] = ()) -> Started:
+        """A judging process for these pytest arguments, started (supervised by isolation.finish);
+        `close`: descriptors of the grader's that it must not hold."""
+        command = [sys.executable, "-m", "pytest", *args]
+        return start_process(command, cwd=ROOT, env=kata_env(self.threads, self.env), log_path=log, close=close)
 
 
 class ForkEngine(ProcessEngine):
@@ -250,27 +372,27 @@ class ForkEngine(ProcessEngine):
             return False
         return True
 
-    def run(
-        self, args: list[str], log: Path, events: Path | None, time_limit: float, test_timeout: float | None
-    ) -> ProcessEnd:
+    def start(self, args: list[str], log: Path, *, close: tuple[int, ...] = ()) -> Started:
         self.prepare()
         if not self.fork_is_safe():
-            return super().run(args, log, events, time_limit, test_timeout)
+            return super().start(args, log, close=close)
 
         def child() -> int:
             import pytest
 
             return int(pytest.main(args))
 
-        return run_forked(
-            child,
-            cwd=ROOT,
-            env=kata_env(self.threads, self.env),
-            log_path=log,
-            time_limit=time_limit,
-            test_timeout=test_timeout,
-            events=events,
-        )
+        return start_forked(child, cwd=ROOT, env=kata_env(self.threads, self.env), log_path=log, close=close)
+
+
+SHARDS_MAX = 4  # judging processes for one kata's grade, at most: past that, their start-up costs more than it saves
+
+
+def default_shards(katas: int = 1, workers: int | None = None) -> int:
+    """Shards for each of `katas` grades run `workers` at a time (default: one per core): the
+    cores left over, so a single kata's verdict (make check, make watch) uses them all."""
+    workers = workers or os.cpu_count() or 1
+    return max(1, min(SHARDS_MAX, workers // max(1, katas)))
 
 
 def make_engine(kind: str = "auto", **options) -> ProcessEngine:

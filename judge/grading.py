@@ -21,6 +21,7 @@ from pathlib import Path
 
 from judge.advice import next_step, replay_line
 from judge.catalog import Kata, kata_names, kata_table, load_catalog, resolve_kata
+from judge.engines import default_shards
 from judge.environment import require_grading_dependencies
 from judge.errors import UsageError
 from judge.history import record_check
@@ -137,6 +138,7 @@ def grade_command(argv: list[str]) -> int:
             fork=fork,
             progress=status,
             on_result=rows,
+            shards=default_shards(len(jobs), args.jobs),
         )
         advice = (
             replay_line(results, seed, single=len(results) == 1),
@@ -227,8 +229,10 @@ def serve_command(argv: list[str]) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--time-limit", type=float, default=DEFAULT.time_limit)
     parser.add_argument("--test-timeout", type=float, default=DEFAULT.test_timeout)
+    parser.add_argument("--shards", type=int, default=1)
     args = parser.parse_args(argv)
-    serve(args.device, Limits(time_limit=args.time_limit, test_timeout=args.test_timeout), sys.stdin, sys.stdout)
+    limits = Limits(time_limit=args.time_limit, test_timeout=args.test_timeout)
+    serve(args.device, limits, sys.stdin, sys.stdout, shards=args.shards)
     return 0
 
 

@@ -22,6 +22,7 @@ import select
 import signal
 import struct
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -299,6 +300,85 @@ def _watch(target: Callable[[], int], cwd: Path, env: dict, log_fd: int, report:
         os._exit(0)
 
 
+@dataclass(frozen=True)
+class Started:
+    """A kata process under way: its watcher (our child), its pid (None: the watcher died before
+    it began, so no kata code ran) and the watcher's pipe, which will carry its exit status."""
+
+    watcher: int
+    kata: int | None
+    report: int
+
+
+def start_forked(
+    target: Callable[[], int], *, cwd: Path, env: dict, log_path: Path, close: tuple[int, ...] = ()
+) -> Started:
+    """Fork `target()` as a kata process below a watcher of its own, output to `log_path` (a
+    file, so a flood of output can neither block the grader nor reach its table), without the
+    descriptors in `close`. The kata process never returns into the caller's code; `finish`
+    supervises it (or `stop` ends it unheard)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    read_end, write_end = os.pipe()
+    watcher = os.fork()
+    if watcher == 0:
+        os.close(read_end)
+        for fd in close:
+            os.close(fd)
+        _watch(target, cwd, env, log_fd, write_end)
+    os.close(log_fd)
+    os.close(write_end)
+    try:
+        os.setpgid(watcher, watcher)  # no window in which a kill of its group could miss it
+    except OSError:
+        pass
+    kata = _read_word(read_end, SWEEP_SECONDS)
+    if kata is None:
+        os.close(read_end)
+        kill_group(watcher)
+        os.waitpid(watcher, 0)
+    return Started(watcher, kata, read_end)
+
+
+def finish(
+    started: Started, *, time_limit: float, test_timeout: float | None = None, events: Path | None = None
+) -> ProcessEnd:
+    """Supervise a started kata process to its end, under the limits."""
+    if started.kata is None:
+        return ProcessEnd(None, orphaned=True)
+    return supervise(
+        started.watcher, started.kata, started.report, time_limit=time_limit, test_timeout=test_timeout, events=events
+    )
+
+
+def stop(started: Started) -> None:
+    """End a started kata process unheard: kill its group, and let its watcher clear the rest."""
+    if started.kata is not None:
+        kill_group(started.kata)
+    finish(started, time_limit=SWEEP_SECONDS)
+
+
+def finish_all(runs: list[tuple[Started, dict]]) -> list[ProcessEnd]:
+    """Several started kata processes, each supervised to its end (`finish` with its options)
+    in a thread of its own: every fork is done before any thread starts, and every thread
+    has ended when this returns, so a fork server stays safe to fork from."""
+    if len(runs) == 1:
+        return [finish(runs[0][0], **runs[0][1])]
+    ends: list[ProcessEnd | None] = [None] * len(runs)
+
+    def one(index: int) -> None:
+        started, options = runs[index]
+        ends[index] = finish(started, **options)
+
+    threads = [threading.Thread(target=one, args=(index,), daemon=True) for index in range(len(runs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [end if end is not None else ProcessEnd(None, orphaned=True) for end in ends]
+
+
 def run_forked(
     target: Callable[[], int],
     *,
@@ -309,30 +389,19 @@ def run_forked(
     test_timeout: float | None = None,
     events: Path | None = None,
 ) -> ProcessEnd:
-    """Run `target()` in a forked kata process below a watcher of its own, output to
-    `log_path` (a file, so a flood of output can neither block the grader nor reach its
-    table), under the limits. The kata process never returns into the caller's code."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    read_end, write_end = os.pipe()
-    watcher = os.fork()
-    if watcher == 0:
-        os.close(read_end)
-        _watch(target, cwd, env, log_fd, write_end)
-    os.close(log_fd)
-    os.close(write_end)
-    try:
-        os.setpgid(watcher, watcher)  # no window in which a kill of its group could miss it
-    except OSError:
-        pass
-    kata = _read_word(read_end, SWEEP_SECONDS)
-    if kata is None:  # the watcher died before the kata process began: no kata code ran
-        os.close(read_end)
-        kill_group(watcher)
-        os.waitpid(watcher, 0)
-        return ProcessEnd(None, orphaned=True)
-    return supervise(watcher, kata, read_end, time_limit=time_limit, test_timeout=test_timeout, events=events)
+    """Run `target()` in a forked kata process (start_forked) and supervise it to its end (finish)."""
+    started = start_forked(target, cwd=cwd, env=env, log_path=log_path)
+    return finish(started, time_limit=time_limit, test_timeout=test_timeout, events=events)
+
+
+def start_process(command: list[str], *, cwd: Path, env: dict, log_path: Path, close: tuple[int, ...] = ()) -> Started:
+    """Start `command` as a fresh program (exec'd in the kata process), under the same watcher."""
+
+    def execute() -> int:
+        os.execve(command[0], command, env)
+        return 127  # not reached
+
+    return start_forked(execute, cwd=cwd, env=env, log_path=log_path, close=close)
 
 
 def run_process(
@@ -345,16 +414,9 @@ def run_process(
     test_timeout: float | None = None,
     events: Path | None = None,
 ) -> ProcessEnd:
-    """Run `command` as a fresh program (exec'd in the kata process), under the same watcher
-    and supervision as run_forked."""
-
-    def execute() -> int:
-        os.execve(command[0], command, env)
-        return 127  # not reached
-
-    return run_forked(
-        execute, cwd=cwd, env=env, log_path=log_path, time_limit=time_limit, test_timeout=test_timeout, events=events
-    )
+    """Run `command` as a fresh program under the same watcher and supervision as run_forked."""
+    started = start_process(command, cwd=cwd, env=env, log_path=log_path)
+    return finish(started, time_limit=time_limit, test_timeout=test_timeout, events=events)
 
 
 def thread_count() -> int | None:

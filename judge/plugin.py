@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from judge import shards
 from judge.failures import error_kind, failure_text
 from judge.isolation import keep_to_myself
 from judge.language import tr
@@ -63,6 +64,8 @@ def pytest_addoption(parser):
     group.addoption(
         "--kata-timing", action="store_true", help="(grader) time the kata against its reference; run no test"
     )
+    group.addoption("--shard", default=None, help="(grader) run shard i of n: the tests i, i+n, ... (judge.shards)")
+    group.addoption("--gate", type=int, default=None, help="(grader) wait, tests collected, for a word on this descriptor")
     group.addoption("--timing-rounds", type=int, default=9, help="(grader) interleaved timing rounds")
     group.addoption(
         "--timing-threads", type=int, default=TIMING_THREADS, help="(grader) CPU threads for both sides of a timing"
@@ -156,13 +159,33 @@ def pytest_collection_modifyitems(session, config, items):
     if undeclared:
         raise pytest.UsageError(f"{undeclared[0]}: a kata test declares its tier (@core or @convention(...))")
     items.sort(key=lambda item: tier_of(item)[0] == CONVENTIONS)  # stable: core first, each in file order
-    if cuda_usable(config):
-        return
-    unavailable = [item for item in items if item.get_closest_marker("kata_cuda")]
+    unavailable = [] if cuda_usable(config) else [item for item in items if item.get_closest_marker("kata_cuda")]
     if unavailable:
         config.kata_unavailable = {item.nodeid: [sentence(item), NO_CUDA] for item in unavailable}
         items[:] = [item for item in items if item.nodeid not in config.kata_unavailable]
         config.hook.pytest_deselected(items=unavailable)
+    if config.getoption("shard"):
+        try:
+            kept = shards.select(items, *shards.parse(config.getoption("shard")))
+        except ValueError as error:
+            raise pytest.UsageError(str(error)) from None
+        left = [item for item in items if all(item is not k for k in kept)]
+        items[:] = kept
+        config.hook.pytest_deselected(items=left)
+
+
+def pytest_collection_finish(session):
+    """--gate: a grade started ahead of the save it judges (make watch) waits here, its tests
+    collected, until the grader copies the kata file in and says go; if the grader lets it
+    go (or is gone), it leaves without running a test."""
+    gate = session.config.getoption("gate")
+    if gate is None:
+        return
+    word = os.read(gate, 2)  # only the grader holds the other end (isolation.start_forked's `close`)
+    os.close(gate)
+    if not word:
+        sys.stdout.flush()
+        os._exit(0)
 
 
 @pytest.fixture(scope="module")

@@ -54,9 +54,11 @@ class ServerGone(Exception):
 class Server:
     """The grader's end of one fork server."""
 
-    def __init__(self, *, device: str, limits: Limits, threads: int | None, env: dict | None = None):
+    def __init__(
+        self, *, device: str, limits: Limits, threads: int | None, env: dict | None = None, shards: int = 1
+    ):
         self.limits = limits
-        command = [sys.executable, str(ROOT / "grader.py"), "_serve", "--device", device]
+        command = [sys.executable, str(ROOT / "grader.py"), "_serve", "--device", device, "--shards", str(shards)]
         command += ["--time-limit", str(limits.time_limit), "--test-timeout", str(limits.test_timeout)]
         self.process = subprocess.Popen(
             command,
@@ -111,9 +113,9 @@ class Server:
         self.process.wait()
 
 
-def serve(device: str, limits: Limits, requests, answers) -> None:
+def serve(device: str, limits: Limits, requests, answers, *, shards: int = 1) -> None:
     """The server's loop (`grader.py _serve`): one JSON request a line in, one answer out."""
-    engine = ForkEngine(device=device, limits=limits)
+    engine = ForkEngine(device=device, limits=limits, shards=shards)
     engine.prepare()
     for line in requests:
         request = json.loads(line)
@@ -141,11 +143,13 @@ def grade_all(
     progress: Callable[[str, str], None] | None = None,
     on_result: Callable[[int, KataResult], None] | None = None,
     env: dict | None = None,
+    shards: int = 1,
 ) -> list[KataResult]:
-    """Grade the jobs, `workers` at a time, results in the jobs' order. progress(event, name) is
-    told "start" and "done" for each kata, and on_result(index, result) each verdict as soon as
-    it is known, from the worker threads (one at a time). `env`: variables set for the grades
-    (the test suite's switches), over this process's."""
+    """Grade the jobs, `workers` at a time, results in the jobs' order, each grade's tests in
+    `shards` judging processes (engines.default_shards). progress(event, name) is told "start"
+    and "done" for each kata, and on_result(index, result) each verdict as soon as it is known,
+    from the worker threads (one at a time). `env`: variables set for the grades (the test
+    suite's switches), over this process's."""
     # ignore_cleanup_errors: a caller that exits mid-grade (pytest -x with the suite's pool)
     # leaves the servers writing there; the folder is theirs to finish, not an error
     with tempfile.TemporaryDirectory(prefix="katas-snapshot-", ignore_cleanup_errors=True) as snapshot:
@@ -164,6 +168,7 @@ def grade_all(
             progress=progress,
             on_result=None if on_result is None else (lambda index, result: on_result(index, shown(index, result))),
             env=env,
+            shards=shards,
         )
     return [shown(index, result) for index, result in enumerate(results)]
 
@@ -199,6 +204,7 @@ def _grade_copies(
     progress: Callable[[str, str], None] | None,
     on_result: Callable[[int, KataResult], None] | None = None,
     env: dict | None = None,
+    shards: int = 1,
 ) -> list[KataResult]:
     tell = _serialised(progress)
     lock_results = threading.Lock()
@@ -212,8 +218,8 @@ def _grade_copies(
             return pending.pop(0) if pending else None
 
     def work() -> None:
-        server = _start(device, limits, threads, env) if fork else None
-        fresh = ProcessEngine(device=device, limits=limits, threads=threads, env=env)
+        server = _start(device, limits, threads, env, shards) if fork else None
+        fresh = ProcessEngine(device=device, limits=limits, threads=threads, env=env, shards=shards)
 
         def grade_one(job: Job) -> KataResult:
             nonlocal server
@@ -222,7 +228,7 @@ def _grade_copies(
                     return server.grade(job, seed)
                 except ServerGone as gone:
                     server.close()
-                    server = _start(device, limits, threads, env)
+                    server = _start(device, limits, threads, env, shards)
                     return server_died(job, str(gone))
                 except (ValueError, KeyError, TypeError):  # an answer out of protocol: grade afresh
                     server.close()
@@ -303,8 +309,10 @@ def _serialised(progress: Callable[[str, str], None] | None) -> Callable[[str, s
     return tell
 
 
-def _start(device: str, limits: Limits, threads: int | None, env: dict | None = None) -> Server | None:
+def _start(
+    device: str, limits: Limits, threads: int | None, env: dict | None = None, shards: int = 1
+) -> Server | None:
     try:
-        return Server(device=device, limits=limits, threads=threads, env=env)
+        return Server(device=device, limits=limits, threads=threads, env=env, shards=shards)
     except OSError:
         return None

@@ -114,7 +114,7 @@ WATCH_DRIVER = textwrap.dedent("""
     from judge.practice import watch
     folder, solution, wrong, broken = Path(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
     target = folder / "causal_mask.py"
-    engine = engines.ForkEngine(device="cpu", limits=Limits(test_timeout=60))
+    engine = engines.ForkEngine(device="cpu", limits=Limits(test_timeout=60), shards=2)  # as make watch on 2 cores
     engine.prepare()
     watcher = watch.Watcher(engine, folder, ["causal_mask"], seed=5,
                                history=History(folder / "history.jsonl"), timing=False)
@@ -135,6 +135,10 @@ WATCH_DRIVER = textwrap.dedent("""
     engine.limits = Limits(time_limit=3, test_timeout=60)  # the wall-clock limit, for the endless loop only
     save(Path(broken).read_text(), "endless")
     out["fallback"] = engine.fallback_reason
+    out["standing_by"] = engine.standby is not None  # the next save's grade, started
+    engine.close()
+    from judge.isolation import children_of
+    out["left_after_close"] = children_of(os.getpid())
     print(json.dumps(out))
 """)
 
@@ -143,7 +147,8 @@ WATCH_DRIVER = textwrap.dedent("""
 @pytest.mark.timeout(120)
 def test_watch_regrades_a_file_changed_on_disk_in_a_forked_child(tmp_path):
     """The real engine, run as `make watch` runs it: one process imports torch once, then
-    each save is graded in a forked child; a kata past the wall-clock limit is killed."""
+    each save is graded in forked children (two shards), started before the save where they
+    can be; a kata past the wall-clock limit is killed."""
     folder = tmp_path / "katas"
     folder.mkdir()
     (folder / "causal_mask.py").write_text(STUB)
@@ -169,6 +174,7 @@ def test_watch_regrades_a_file_changed_on_disk_in_a_forked_child(tmp_path):
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
     assert out["kind"] == "fork" and out["fallback"] == ""
+    assert out["standing_by"] and out["left_after_close"] == []  # let go, nothing left running
     assert out["unchanged"] == [] and out["touched"] == []
     assert out["solution"] == [["pass", "all 2 tests passed"]]
     [(status, message)] = out["wrong"]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TextIO
 
 from judge.catalog import Kata, load_catalog
-from judge.engines import ProcessEngine, make_engine
+from judge.engines import ProcessEngine, default_shards, make_engine
 from judge.errors import UsageError
 from judge.history import history_of
 from judge.language import tr
@@ -356,7 +356,7 @@ def mock_command(args: argparse.Namespace, places: Places) -> int:
         ),
         flush=True,
     )
-    engine = make_engine(args.engine, device=args.device)
+    engine = make_engine(args.engine, device=args.device, shards=default_shards())  # one kata at a time: every core
     try:
         engine.prepare()  # torch, while the learner reads the tasks
         session = MockSession(plan, catalog, engine, places, timing=not args.no_timing, interval=args.interval)
@@ -364,7 +364,10 @@ def mock_command(args: argparse.Namespace, places: Places) -> int:
     except KeyboardInterrupt:
         MockSession(plan, catalog, ProcessEngine(), places, timing=False).finish("stopped")
         return 0
-    session.run()
+    try:
+        session.run()
+    finally:
+        engine.close()  # the grade standing by for the next save
     return 0  # the interview ran and its report is written, whatever the verdicts
 
 

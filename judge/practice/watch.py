@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TextIO
 
 from judge.catalog import load_catalog
-from judge.engines import ProcessEngine, make_engine
+from judge.engines import ProcessEngine, default_shards, make_engine
 from judge.errors import UsageError
 from judge.history import History, history_of
 from judge.language import tr
@@ -128,6 +128,9 @@ class Watcher:
             self.engine.time(result, path)
             timing = format_timing(result.timing) or tr("not measured")
             self.say("    " + tr("time vs PyTorch: {timing}", timing=timing))
+        stand_by = getattr(self.engine, "stand_by", None)
+        if stand_by is not None:  # the next save of this file is graded by processes already started
+            stand_by(name, path, self.seed)
         return result
 
     def say(self, *lines: str) -> None:
@@ -146,7 +149,7 @@ def watch_command(args: argparse.Namespace, places: Places) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
     if not places.katas.is_dir():
         raise UsageError(tr("{folder}: no such folder of katas", folder=places.katas))
-    engine = make_engine(args.engine, device=args.device)
+    engine = make_engine(args.engine, device=args.device, shards=default_shards())  # one kata at a time: every core
     what = names[0] if args.kata else tr("{count} katas", count=len(names))
     print(tr("Loading torch and pytest once ({engine} engine)...", engine=engine.kind), flush=True)
     started = time.perf_counter()
@@ -169,6 +172,8 @@ def watch_command(args: argparse.Namespace, places: Places) -> int:
         watcher.run(interval=args.interval)
     except KeyboardInterrupt:
         pass
+    finally:
+        engine.close()  # the grade standing by for the next save
     if watcher.latencies:
         typical = sorted(watcher.latencies)[len(watcher.latencies) // 2]
         print(
