@@ -379,21 +379,6 @@ def finish_all(runs: list[tuple[Started, dict]]) -> list[ProcessEnd]:
     return [end if end is not None else ProcessEnd(None, orphaned=True) for end in ends]
 
 
-def run_forked(
-    target: Callable[[], int],
-    *,
-    cwd: Path,
-    env: dict,
-    log_path: Path,
-    time_limit: float,
-    test_timeout: float | None = None,
-    events: Path | None = None,
-) -> ProcessEnd:
-    """Run `target()` in a forked kata process (start_forked) and supervise it to its end (finish)."""
-    started = start_forked(target, cwd=cwd, env=env, log_path=log_path)
-    return finish(started, time_limit=time_limit, test_timeout=test_timeout, events=events)
-
-
 def start_process(command: list[str], *, cwd: Path, env: dict, log_path: Path, close: tuple[int, ...] = ()) -> Started:
     """Start `command` as a fresh program (exec'd in the kata process), under the same watcher."""
 
@@ -402,21 +387,6 @@ def start_process(command: list[str], *, cwd: Path, env: dict, log_path: Path, c
         return 127  # not reached
 
     return start_forked(execute, cwd=cwd, env=env, log_path=log_path, close=close)
-
-
-def run_process(
-    command: list[str],
-    *,
-    cwd: Path,
-    env: dict,
-    log_path: Path,
-    time_limit: float,
-    test_timeout: float | None = None,
-    events: Path | None = None,
-) -> ProcessEnd:
-    """Run `command` as a fresh program under the same watcher and supervision as run_forked."""
-    started = start_process(command, cwd=cwd, env=env, log_path=log_path)
-    return finish(started, time_limit=time_limit, test_timeout=test_timeout, events=events)
 
 
 def thread_count() -> int | None:
