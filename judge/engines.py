@@ -222,9 +222,10 @@ class ProcessEngine:
         """Under the engine's limits, raised to what the kata declares it needs, on a private
         copy of the file (which the kata may delete or rewrite as it likes), one per shard;
         by the grade standing by for it, if there is one (stand_by)."""
-        key, standby = (name, path, seed, first_failure, self.limits, self.device), self.standby
-        self.standby = None
-        if standby is not None and (standby[0] != key or not standby[1].open(path)):
+        standby, self.standby = self.standby, None
+        if standby is not None and (
+            standby[0] != self.grade_key(name, path, seed, first_failure) or not standby[1].open(path)
+        ):
             standby[1].discard()
             standby = None
         pending = standby[1] if standby is not None else self.begin(name, path, seed, first_failure=first_failure)
@@ -234,7 +235,11 @@ class ProcessEngine:
         """Start the next grade of this kata file now, up to its tests collected, so that
         grade (make watch's next save) starts its tests at once. Replaces any other standby."""
         self.close()
-        self.standby = ((name, path, seed, False, self.limits, self.device), self.begin(name, path, seed, gated=True))
+        self.standby = (self.grade_key(name, path, seed, False), self.begin(name, path, seed, gated=True))
+
+    def grade_key(self, name: str, path: Path, seed: int, first_failure: bool) -> tuple:
+        """What a grade depends on besides the file's content: a standby serves only its equal."""
+        return (name, path, seed, first_failure, self.limits, self.device)
 
     def close(self) -> None:
         """Let go of the grade standing by, if any."""

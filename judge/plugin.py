@@ -169,7 +169,8 @@ def pytest_collection_modifyitems(session, config, items):
             kept = shards.select(items, *shards.parse(config.getoption("shard")))
         except ValueError as error:
             raise pytest.UsageError(str(error)) from None
-        left = [item for item in items if all(item is not k for k in kept)]
+        kept_ids = {id(item) for item in kept}
+        left = [item for item in items if id(item) not in kept_ids]
         items[:] = kept
         config.hook.pytest_deselected(items=left)
 
