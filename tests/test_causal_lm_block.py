@@ -15,7 +15,8 @@ from judge.forbidden import ATTENTION
 from judge.testing import modules
 from judge.testing.checks import call_repr, check_tensor_kind
 from judge.testing.diagnosis import diagnosing
-from judge.testing.inputs import as_float_mask, causal_blocked, padding_mask, randn
+from judge.testing.inputs import causal_blocked, padding_mask, randn
+from judge.testing.layers import DROPOUT, FULL, HALF, HALF_PRECISION, Layer, floats, tensor
 from judge.testing.modules import (
     CASES,
     MODULE_TOLERANCES,
@@ -29,9 +30,6 @@ from judge.testing.scenarios import scenario
 from judge.testing.spec import FLOAT64_RULE, KataSpec, dtypes
 from judge.testing.tiers import convention, core
 
-FULL = [torch.float32, torch.float64]
-HALF = [torch.float16, torch.bfloat16]
-DROPOUT = "dropout: ... in train() mode only; eval() disables it."
 GPT2_NAMES = {"norm1": "ln_1", "norm2": "ln_2", "linear1": "mlp.up_proj", "linear2": "mlp.down_proj"}
 
 
@@ -69,6 +67,14 @@ def pytorch_module(case, options):
     )
 
 
+def block_options(rng, case, *, defaults=False, dropout=0.0, bias=None) -> dict:
+    """Non-default d_ff and eps unless `defaults`; then only (d_model, num_heads) are passed
+    and the block stays in train() mode, which with the default dropout 0 changes nothing."""
+    bias = rng.random() < 0.7 if bias is None else bias
+    options = {} if defaults else {"d_ff": case["F"], "layer_norm_eps": rng.choice(modules.NON_DEFAULT_EPS)}
+    return options | ({"dropout": dropout} if dropout else {}) | ({} if bias else {"bias": False})
+
+
 def call_attention_as_the_block_does(attn, args: list, kwargs: dict):
     """The learner's attn called as its block calls it, attn(x, key_padding_mask), on the
     input PyTorch's self_attn got. PyTorch made a boolean key_padding_mask a 0/-inf float
@@ -86,19 +92,24 @@ def call_mlp(mlp, args: list, kwargs: dict):
     return mlp(args[0])
 
 
-BLOCK = ModuleKata(
-    kata="causal_lm_block",
-    cls="CausalLMBlock",
-    asks="ln_1, attn (with q_proj, k_proj, v_proj, out_proj), ln_2, mlp (with up_proj, down_proj)",
-    inputs=("x",),
-    reference=pytorch_module,
-    parameters=parameters,
-    arguments=lambda case, options: ({"d_model": case["E"], "num_heads": case["H"]}, options),
-    forward=reference_forward,
-    probes=(
-        Probe("attn", "self_attn", call_attention_as_the_block_does),
-        Probe("mlp", "linear1", call_mlp, output_of="linear2"),
+BLOCK = Layer(
+    ModuleKata(
+        kata="causal_lm_block",
+        cls="CausalLMBlock",
+        asks="ln_1, attn (with q_proj, k_proj, v_proj, out_proj), ln_2, mlp (with up_proj, down_proj)",
+        inputs=("x",),
+        reference=pytorch_module,
+        parameters=parameters,
+        arguments=lambda case, options: ({"d_model": case["E"], "num_heads": case["H"]}, options),
+        forward=reference_forward,
+        probes=(
+            Probe("attn", "self_attn", call_attention_as_the_block_does),
+            Probe("mlp", "linear1", call_mlp, output_of="linear2"),
+        ),
     ),
+    tensors=lambda gen, case, dtype, device: {"x": tensor(gen, case, "L", dtype, device)},
+    options=block_options,
+    defaults_in_train=True,
 )
 
 
@@ -124,29 +135,11 @@ SPEC = KataSpec(
     symbol="CausalLMBlock",
     reference="nn.TransformerEncoderLayer(norm_first=True, activation='gelu') with a causal mask, in float64",
     forbidden=ATTENTION,
-    tolerances=BLOCK.tolerances,
+    tolerances=BLOCK.mk.tolerances,
     tolerance_note="GELU and LayerNorms over a few values compound: solutions and variants measured at most 0.15 of these in float32",
     cases=CASES,
     benchmark=benchmark,
 )
-
-
-def build(gen, rng, case, dtype=torch.float32, device="cpu", *, defaults=False, dropout=0.0, bias=None):
-    """The recipe of the learner's block and the float64 reference. Non-default d_ff and eps
-    unless `defaults`; then only (d_model, num_heads) are passed and the block stays in
-    train() mode, which with the default dropout 0 changes nothing."""
-    bias = rng.random() < 0.7 if bias is None else bias
-    options = {} if defaults else {"d_ff": case["F"], "layer_norm_eps": rng.choice(modules.NON_DEFAULT_EPS)}
-    options |= ({"dropout": dropout} if dropout else {}) | ({} if bias else {"bias": False})
-    return modules.build(BLOCK, gen, case, options, dtype, device, train=defaults)
-
-
-def inputs(gen, case, dtype=torch.float32, device="cpu") -> dict:
-    return {"x": randn(gen, case["B"], case["L"], case["E"], dtype=dtype, device=device)}
-
-
-def check(kata, built, x, **kwargs):
-    modules.check(BLOCK, kata, built, x, **kwargs)
 
 
 @scenario
@@ -158,41 +151,39 @@ def before_and_after(kata, recipe: dict, x, changed) -> dict:
     return {"before": module(x), "after": module(changed)}
 
 
+def padded(gen, case, dtype, device) -> list[dict]:
+    """A key_padding_mask [B, T], right-padded, a different length per batch row."""
+    return [{"key_padding_mask": padding_mask(gen, case["B"], case["L"], right_only=True).to(device)}]
+
+
 @core
 @dtypes(*FULL)
 def test_matches_pre_norm_transformer_encoder_layer_with_a_causal_mask(kata, rng, gen, dtype, device):
-    for case in CASES.cases(rng, edges=dtype == torch.float64):
-        with case.judged():
-            check(kata, build(gen, rng, case, dtype, device), inputs(gen, case, dtype, device))
+    BLOCK.judge(kata, rng, gen, dtype, device)
 
 
 @core
 @dtypes(*FULL)
 def test_key_padding_mask_true_ignores_that_key(kata, rng, gen, dtype, device):
     """[B, T], right-padded, a different length per batch row."""
-    for case in CASES.cases(rng, edges=dtype == torch.float64):
-        with case.judged():
-            built = build(gen, rng, case, dtype, device)
-            padding = padding_mask(gen, case["B"], case["L"], right_only=True).to(device)
-            check(kata, built, inputs(gen, case, dtype, device), key_padding_mask=padding)
+    BLOCK.judge(kata, rng, gen, dtype, device, masks=padded)
 
 
 @core
 @dtypes(*FULL)
 def test_float_key_padding_mask_is_added_to_the_scores(kata, rng, gen, dtype):
-    for case in CASES.random(rng, 2):
-        with case.judged():
-            built = build(gen, rng, case, dtype)
-            padding = as_float_mask(gen, padding_mask(gen, case["B"], case["L"], right_only=True), dtype)
-            check(kata, built, inputs(gen, case, dtype), key_padding_mask=padding)
+    def masks(gen, case, dtype, device):
+        return [floats(gen, padded(gen, case, dtype, device)[0], dtype)]
+
+    BLOCK.judge(kata, rng, gen, dtype, masks=masks, draws=2)
 
 
 @core
 def test_later_positions_do_not_change_earlier_outputs(kata, rng, gen):
     """Causality on its own: change x from position t on; outputs before t must not move."""
     case = CASES.random(rng)[1]
-    built = build(gen, rng, case)
-    x = inputs(gen, case)["x"]
+    built = BLOCK.build(gen, rng, case)
+    x = BLOCK.inputs(gen, case)["x"]
     T = case["L"]
     t = rng.randrange(1, T)
     changed = x.clone()
@@ -200,7 +191,7 @@ def test_later_positions_do_not_change_earlier_outputs(kata, rng, gen):
     call = call_repr(built.name, x)
 
     def earlier_outputs_stay(implementation) -> dict:
-        got = modules.built_module(BLOCK, built, before_and_after(implementation, built.recipe, x, changed))
+        got = modules.built_module(BLOCK.mk, built, before_and_after(implementation, built.recipe, x, changed))
         before, after = got["before"], got["after"]
         for output in (before, after):
             check_tensor_kind(output, x, call=call, what="output")
@@ -213,95 +204,62 @@ def test_later_positions_do_not_change_earlier_outputs(kata, rng, gen):
             )
         return {}
 
-    with case.judged(), diagnosing(BLOCK.kata, earlier_outputs_stay, case):
+    with case.judged(), diagnosing(BLOCK.mk.kata, earlier_outputs_stay, case):
         earlier_outputs_stay(kata)
 
 
 @core
 def test_has_the_submodules_of_a_gpt2_block(kata, rng, gen):
     """ln_1, attn.{q,k,v,out}_proj, ln_2, mlp.{up,down}_proj, with biases exactly when bias=True."""
-    case = CASES.random(rng)[1]
-    for bias in (True, False):
-        check(kata, build(gen, rng, case, bias=bias), inputs(gen, case))
+    BLOCK.has_its_submodules(kata, rng, gen)
 
 
 @core
 def test_writes_its_own_attention(kata, rng, gen):
     """The spec's forbidden rules refuse PyTorch's attention while the kata runs; every path
     of forward runs here, in eval() and train() mode."""
-    case = CASES.random(rng)[1]
-    built = build(gen, rng, case, dropout=0.1)
-    x = inputs(gen, case)
-    padding = padding_mask(gen, case["B"], case["L"], right_only=True)
-    for train in (False, True):
-        modules.call(BLOCK, kata, built.mode(train), x)
-        modules.call(BLOCK, kata, built.mode(train), x, key_padding_mask=padding)
+    BLOCK.writes_its_own_attention(kata, rng, gen, padded)
 
 
 @convention("the defaults: d_ff=4 * d_model, dropout=0.0, layer_norm_eps=1e-5.")
 def test_defaults_are_d_ff_4_d_model_no_dropout_and_eps_1e_5(kata, rng, gen):
     """CausalLMBlock(d_model, num_heads) in train() mode: the defaults must hold."""
-    for case in CASES.random(rng, 2):
-        with case.judged():
-            check(kata, build(gen, rng, case, defaults=True), inputs(gen, case))
+    BLOCK.keeps_its_defaults(kata, rng, gen, draws=2)
 
 
-@convention("float16 and bfloat16 work: a blocked score is -inf, not -1e9 (out of float16's range).")
+@convention(HALF_PRECISION)
 @dtypes(*HALF)
 def test_works_in_half_precision(kata, rng, gen, dtype):
-    for case in CASES.random(rng, 2):
-        with case.judged():
-            built = build(gen, rng, case, dtype)
-            padding = padding_mask(gen, case["B"], case["L"], right_only=True)
-            check(kata, built, inputs(gen, case, dtype), key_padding_mask=padding)
+    BLOCK.works_in_half_precision(kata, rng, gen, dtype, padded)
 
 
 @convention(FLOAT64_RULE)
 def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
-    for case in CASES.cases(rng, 2):
-        with case.judged():
-            built = build(gen, rng, case, torch.float64)
-            padding = padding_mask(gen, case["B"], case["L"], right_only=True)
-            check(kata, built, inputs(gen, case, torch.float64), key_padding_mask=padding, float64_throughout=True)
+    BLOCK.computes_float64_in_float64(kata, rng, gen, padded)
 
 
 @convention(DROPOUT)
 def test_eval_mode_disables_dropout(kata, rng, gen):
-    for case in CASES.random(rng, 2):
-        with case.judged():
-            check(kata, build(gen, rng, case, dropout=0.5), inputs(gen, case))
+    BLOCK.eval_disables_dropout(kata, rng, gen)
 
 
 @convention("dropout: ... in train() mode only")
 def test_train_mode_applies_dropout(kata, rng, gen):
-    case = CASES.random(rng)[1]
-    modules.check_dropout_in_train_mode(BLOCK, kata, build(gen, rng, case, dropout=0.5), inputs(gen, case))
+    BLOCK.train_applies_dropout(kata, rng, gen)
 
 
 @convention("raise ValueError when d_model is not divisible by num_heads.")
 def test_d_model_not_divisible_by_num_heads_raises_value_error(kata, rng):
-    modules.check_heads_must_divide(BLOCK, kata, rng, "d_model", "num_heads")
+    modules.check_heads_must_divide(BLOCK.mk, kata, rng, "d_model", "num_heads")
 
 
 @convention("results follow the input's device (the causal mask made inside forward too).")
 def test_results_follow_the_device_of_the_inputs(kata, other_device):
     """The causal mask made inside forward must be made on the input's device."""
-    case = CASES.edges[0]  # fixed: a verdict on the meta stand-in must not depend on the seed
-
-    def make(gen, device):
-        padding = padding_mask(gen, case["B"], case["L"], right_only=True).to(device)
-        return inputs(gen, case, device=device), {"key_padding_mask": padding}
-
-    modules.check_on_device(BLOCK, kata, case, {"d_ff": case["F"]}, other_device, make)
+    BLOCK.follows_the_device(kata, other_device, padded, {"d_ff": "F"})
 
 
 @convention("the input and the mask are never changed in place.")
 def test_does_not_modify_its_inputs(kata, rng, gen):
     """A boolean and a float key_padding_mask."""
-    case = CASES.random(rng)[1]
-    built = build(gen, rng, case)
-    x = inputs(gen, case)
-    padding = padding_mask(gen, case["B"], case["L"], right_only=True)
-    modules.assert_inputs_left_alone(BLOCK, kata, built, x, key_padding_mask=padding)
-    padding = as_float_mask(gen, padding, torch.float32)
-    modules.assert_inputs_left_alone(BLOCK, kata, built, x, key_padding_mask=padding)
+    BLOCK.leaves_its_inputs_alone(kata, rng, gen, lambda gen, case: padded(gen, case, None, "cpu")[0], {})

@@ -690,22 +690,3 @@ def check_heads_must_divide(mk: ModuleKata, kata, rng, width: str, heads: str, *
 
 
 NON_DEFAULT_EPS = (1e-3, 4e-3, 1e-2)
-
-
-def layer_options(rng, case, *, defaults: bool = False, dropout: float = 0.0, **chosen) -> dict:
-    """The options of a kata mirroring nn.TransformerEncoderLayer or DecoderLayer. Unless
-    `defaults`: dim_feedforward, layer_norm_eps (never PyTorch's default) and dropout are
-    always passed, and norm_first, activation and bias are `chosen` or drawn at random.
-    With `defaults` none is passed: the kata's own defaults must be PyTorch's."""
-    if defaults:
-        return {}
-    options = {
-        "dim_feedforward": case["F"],
-        "dropout": dropout,
-        "activation": chosen.get("activation", rng.choice(["relu", "gelu"])),
-        "layer_norm_eps": rng.choice(NON_DEFAULT_EPS),
-        "norm_first": chosen.get("norm_first", rng.random() < 0.5),
-    }
-    if not chosen.get("bias", rng.random() < 0.7):
-        options["bias"] = False
-    return options
