@@ -8,6 +8,7 @@ Python float; a rank below 1 refused."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -116,16 +117,25 @@ def check_kaiming_uniform(A: torch.Tensor, case, dtype, init_seed: int, call: st
         raise off(f"is not centred on 0: its mean is {mean:.4g} ({mean / bound:.2f} of the bound)")
 
 
+@contextlib.contextmanager
+def fresh_parameters(kata, gen, case, dtype):
+    """A fresh module's lora_A [r, in_features] and lora_B [out_features, r], checked to be
+    trainable nn.Parameters in the base's dtype; yields (what the kata reported, the recipe,
+    how the module was built). A failure in the block is diagnosed on the same module."""
+    model = build(gen, case, dtype, trained=False)
+    call = name_of(case, dtype)
+    with SPEC.diagnosing(lambda implementation: fresh(implementation, model.recipe), case):
+        seen = fresh(kata, model.recipe)
+        check_lora_parameter(seen, "lora_A", (case["r"], case["I"]), dtype, "cpu", call)
+        check_lora_parameter(seen, "lora_B", (case["O"], case["r"]), dtype, "cpu", call)
+        yield seen, model.recipe, call
+
+
 def check_parameters(kata, rng, gen, dtype) -> None:
     """lora_A [r, in_features], lora_B [out_features, r]: trainable nn.Parameters in the base's dtype."""
     for case in CASES.cases(rng, edges=dtype in (torch.float64, torch.float16)):
-        with case.judged():
-            model = build(gen, case, dtype, trained=False)
-            call = name_of(case, dtype)
-            with SPEC.diagnosing(lambda implementation, model=model: fresh(implementation, model.recipe), case):
-                seen = fresh(kata, model.recipe)
-                check_lora_parameter(seen, "lora_A", (case["r"], case["I"]), dtype, "cpu", call)
-                check_lora_parameter(seen, "lora_B", (case["O"], case["r"]), dtype, "cpu", call)
+        with case.judged(), fresh_parameters(kata, gen, case, dtype):
+            pass
 
 
 # --------------------------------------------------------------------------- tests
@@ -147,25 +157,18 @@ def test_lora_B_starts_at_zero_and_lora_A_is_kaiming_uniform_like_nn_linear(kata
         "4800 values in lora_A", {"lead": (2,), "I": 300, "O": 200, "r": 16, "alpha": None, "bias": True, "p": 0.0}
     )
     for case in (big, *CASES.cases(rng, edges=dtype == torch.float32)):
-        with case.judged():
-            model = build(gen, case, dtype, trained=False)
-            call = name_of(case, dtype)
-            with SPEC.diagnosing(lambda implementation, model=model: fresh(implementation, model.recipe), case):
-                seen = fresh(kata, model.recipe)
-                check_lora_parameter(seen, "lora_A", (case["r"], case["I"]), dtype, "cpu", call)
-                check_lora_parameter(seen, "lora_B", (case["O"], case["r"]), dtype, "cpu", call)
-                B = seen["lora_B"]
-                if bool((B != 0).any()):
-                    raise Mismatch(
-                        f"{call}.lora_B starts at {B.flatten()[:4].tolist()}...; expected all zeros, so that "
-                        "the fresh module's output is exactly base(x) (lora_A, not lora_B, gets the random start)",
-                        what="lora_B",
-                        actual=B,
-                        expected=torch.zeros_like(B),
-                        tolerance=EXACT,
-                    )
-                init_seed = model.recipe["init_seed"]
-                check_kaiming_uniform(seen["lora_A"], case, dtype, init_seed, call, statistics=case is big)
+        with case.judged(), fresh_parameters(kata, gen, case, dtype) as (seen, recipe, call):
+            B = seen["lora_B"]
+            if bool((B != 0).any()):
+                raise Mismatch(
+                    f"{call}.lora_B starts at {B.flatten()[:4].tolist()}...; expected all zeros, so that "
+                    "the fresh module's output is exactly base(x) (lora_A, not lora_B, gets the random start)",
+                    what="lora_B",
+                    actual=B,
+                    expected=torch.zeros_like(B),
+                    tolerance=EXACT,
+                )
+            check_kaiming_uniform(seen["lora_A"], case, dtype, recipe["init_seed"], call, statistics=case is big)
 
 
 @core
