@@ -66,13 +66,30 @@ def _index(flat_index: int, shape) -> tuple:
 
 
 def assert_close(
-    actual, expected: torch.Tensor, *, call: str, what: str = "result", tolerance: dict | None = None, project=None
+    actual,
+    expected: torch.Tensor,
+    *,
+    call: str,
+    what: str = "result",
+    tolerance: dict | None = None,
+    project=None,
+    hint: str = "",
 ) -> None:
     """Compare a float result with the reference within `tolerance` ({"rtol", "atol"}; by
     default SINGLE_OP's for the expected dtype).
 
     The message names the call, the worst element (index, got, expected) and how many
-    elements are off; NaN and Inf are named as such."""
+    elements are off; NaN and Inf are named as such; `hint`, a sentence, ends it (what such
+    a mismatch most often means). The Mismatch stays itself, for the diagnosis."""
+    try:
+        _compare(actual, expected, call=call, what=what, tolerance=tolerance, project=project)
+    except AssertionError as error:
+        if hint:
+            error.args = (f"{error}. {hint}",)
+        raise
+
+
+def _compare(actual, expected: torch.Tensor, *, call: str, what: str, tolerance: dict | None, project) -> None:
     check_tensor_kind(actual, expected, call=call, what=what)
     tolerance = tolerance or SINGLE_OP[expected.dtype]
     got, want = actual.detach().cpu().double(), expected.detach().cpu().double()

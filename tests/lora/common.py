@@ -371,12 +371,7 @@ def check_forward(kata, model: Model, x, *, float64_throughout: bool = False, hi
     want = model.reference.expected(x)
     with SPEC.diagnosing(lambda i: {"output": run_forward(i, model, x)["output"]}, model.case):
         got = run_forward(kata, model, x)
-        try:
-            assert_close(got["output"], want, call=text, what="output", tolerance=allowed)
-        except Mismatch as error:
-            if hint:
-                error.args = (f"{error}. {hint}",)
-            raise
+        assert_close(got["output"], want, call=text, what="output", tolerance=allowed, hint=hint)
 
 
 def check_lora_parameter(seen: dict, name: str, shape: tuple, dtype, device, call: str) -> None:

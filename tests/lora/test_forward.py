@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from judge.testing.checks import Mismatch, assert_close, call_repr, check_tensor_kind, describe, judge_on_device
+from judge.testing.checks import assert_close, call_repr, check_tensor_kind, describe, judge_on_device
 from judge.testing.functions import assert_inputs_unchanged
 from judge.testing.inputs import randn
 from judge.testing.scenarios import scenario
@@ -106,11 +106,7 @@ def check_gradients(kata, model: Model, x, upstream, *, float64_throughout: bool
         for what, expected in want.items():
             expected = expected.to(dtype=x.dtype, device=x.device)
             allowed = tolerance(x.dtype, scales[what], float64_throughout=float64_throughout)
-            try:
-                assert_close(got[what], expected, call=call, what=what, tolerance=allowed)
-            except Mismatch as error:
-                error.args = (f"{error}. {GRADIENT_HINTS[what]}",)
-                raise
+            assert_close(got[what], expected, call=call, what=what, tolerance=allowed, hint=GRADIENT_HINTS[what])
 
 
 @core

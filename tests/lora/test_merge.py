@@ -97,11 +97,7 @@ def judge_story(kata, model: Model, x, new_B, wants: dict) -> None:
                 continue
             expected, allowed = want(seen) if callable(want) else want
             text = f"model = {model.name}, x = {describe(x)}, after {story_so_far(what)},"
-            try:
-                assert_close(seen[what], expected, call=text, what=what, tolerance=allowed)
-            except Mismatch as error:
-                error.args = (f"{error}. {MERGE_HINTS[what]}",)
-                raise
+            assert_close(seen[what], expected, call=text, what=what, tolerance=allowed, hint=MERGE_HINTS[what])
 
 
 def merged_weight(model: Model) -> torch.Tensor:
