@@ -38,6 +38,7 @@ from judge.testing.inputs import randn
 from judge.testing.scenarios import scenario
 from judge.testing.spec import FLOAT64_RULE, CaseTable, KataSpec, core_dtype, dtypes, edge
 from judge.testing.tiers import convention, core
+from judge.testing.tolerances import per_dtype
 
 FULL = [torch.float32, torch.float64]
 NAMES = ("grad_x", "grad_w_q", "grad_w_k", "grad_w_v", "grad_w_o")
@@ -54,10 +55,7 @@ ORDER = ("grad_w_o", "grad_w_v", "grad_w_q", "grad_w_k", "grad_x")
 # of its whole tolerance. At B 4, T 128, E 128 the error per unit of scale stays the same
 # (about 2.6e-7 in float32), where a fixed atol would have to grow. Every slip of
 # tests/mutants is off by at least 4000x its float32 tolerance wherever it is wrong.
-GRAD_TOLERANCES = {
-    torch.float64: {"rtol": 1e-14, "atol": 3e-15},
-    torch.float32: {"rtol": 1.3e-6, "atol": 1e-6},
-}
+GRAD_TOLERANCES = per_dtype(float64=(1e-14, 3e-15), float32=(1.3e-6, 1e-6))
 
 
 def grad_tolerance(dtype: torch.dtype, scale: float, *, float64_throughout: bool = False) -> dict:

@@ -42,6 +42,7 @@ from judge.testing.inputs import causal_blocked, randn
 from judge.testing.scenarios import scenario
 from judge.testing.spec import FLOAT64_RULE, CaseTable, KataSpec, dtypes, edge
 from judge.testing.tiers import convention, core
+from judge.testing.tolerances import per_dtype
 
 FULL = (torch.float32, torch.float64)
 aten = torch.ops.aten
@@ -55,10 +56,7 @@ aten = torch.ops.aten
 # (a sum rescaled block after block); float64 is tight enough that float64 inputs computed
 # through float32 are off by millions of it (the float64 rule's test; the core tier judges
 # float64 results with float32's).
-TOLERANCES = {
-    torch.float64: {"rtol": 1e-13, "atol": 1e-13},
-    torch.float32: {"rtol": 2.5e-6, "atol": 2e-5},
-}
+TOLERANCES = per_dtype(float64=(1e-13, 1e-13), float32=(2.5e-6, 2e-5))
 
 
 # --------------------------------------------------------------------------- the tracer

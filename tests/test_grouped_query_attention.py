@@ -25,6 +25,7 @@ from judge.testing.modules import ModuleKata
 from judge.testing.scenarios import scenario
 from judge.testing.spec import FLOAT64_RULE, CaseTable, KataSpec, dtypes, edge
 from judge.testing.tiers import convention, core
+from judge.testing.tolerances import per_dtype
 
 FULL = [torch.float32, torch.float64]
 HALF = [torch.float16, torch.bfloat16]
@@ -45,12 +46,7 @@ HALF = [torch.float16, torch.bfloat16]
 # taken in float32 is up to 2.8e-7 off (PyTorch's single-op 1e-7 would barely tell them apart).
 # The subtlest slips (.repeat for .repeat_interleave, 1/sqrt(E)) are off by far more and
 # are caught in float64 (the edge cases run there).
-TOLERANCES = {
-    torch.float64: {"rtol": 1e-10, "atol": 1e-10},
-    torch.float32: {"rtol": 1.3e-6, "atol": 1e-5},
-    torch.float16: {"rtol": 1.5e-2, "atol": 1.5e-2},
-    torch.bfloat16: {"rtol": 1e-1, "atol": 1e-1},
-}
+TOLERANCES = per_dtype(float64=(1e-10, 1e-10), float32=(1.3e-6, 1e-5), float16=(1.5e-2, 1.5e-2), bfloat16=(1e-1, 1e-1))
 
 # --------------------------------------------------------------------------- the case table
 

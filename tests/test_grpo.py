@@ -36,6 +36,7 @@ from judge.testing.inputs import randn
 from judge.testing.scenarios import scenario
 from judge.testing.spec import FLOAT64_RULE, CaseTable, KataSpec, core_dtype, dtypes, edge
 from judge.testing.tiers import convention, core
+from judge.testing.tolerances import per_dtype
 
 FULL = (torch.float64, torch.float32)  # float64 first: the edge cases show first in it
 CLIP_EPS, BETA, EPS = 0.2, 0.04, 1e-4  # the defaults
@@ -58,10 +59,7 @@ BOUNDARY_GAP = 1e-3  # how far logps - old_logps stays from log(1 +- clip_eps)
 # A float64 input computed through float32 is off by about 1e-7: 1e7 times the float64
 # tolerances. The core tier judges float64 results with float32's tolerances (see
 # FLOAT64_RULE); the float64 rule's test holds them to float64's.
-LOSS_TOLERANCES = {
-    torch.float64: {"rtol": 2e-15, "atol": 2e-15},
-    torch.float32: {"rtol": 1e-6, "atol": 1e-6},
-}
+LOSS_TOLERANCES = per_dtype(float64=(2e-15, 2e-15), float32=(1e-6, 1e-6))
 ADVANTAGE_ROUNDING = 8
 
 

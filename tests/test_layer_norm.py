@@ -36,6 +36,7 @@ from judge.testing.inputs import randn
 from judge.testing.scenarios import scenario
 from judge.testing.spec import FLOAT64_RULE, CaseTable, KataSpec, core_dtype, dtypes, edge
 from judge.testing.tiers import convention, core
+from judge.testing.tolerances import per_dtype
 
 FULL = [torch.float32, torch.float64]
 HALF = [torch.float16, torch.bfloat16]
@@ -56,12 +57,7 @@ EXPLICIT_EPS = (1e-6, 1e-5, 1e-4, 1e-3)
 # 4.4e-6 (atol 2e-5: 4.6x; F.layer_norm in float32 itself 4.2e-6), float16 3.9e-3 and
 # bfloat16 7.8e-3 on outputs up to 4 (one ulp, the final rounding: 0.33 and 0.19 of the
 # allowed, about 2 ulps).
-TOLERANCES = {
-    torch.float64: {"rtol": 1e-13, "atol": 1e-13},
-    torch.float32: {"rtol": 1.3e-6, "atol": 2e-5},
-    torch.float16: {"rtol": 2e-3, "atol": 2e-3},
-    torch.bfloat16: {"rtol": 1.6e-2, "atol": 1.6e-2},
-}
+TOLERANCES = per_dtype(float64=(1e-13, 1e-13), float32=(1.3e-6, 2e-5), float16=(2e-3, 2e-3), bfloat16=(1.6e-2, 1.6e-2))
 # Backward: rtol, and atol per unit of the size of the terms each gradient sums (see
 # gradient_scales: grad_input is rstd * (grad_x_hat - its row mean - x_hat * the row mean of
 # grad_x_hat * x_hat), terms that cancel, so its error follows the terms, not the result).
@@ -73,12 +69,9 @@ TOLERANCES = {
 # A float64 input computed in float32 throughout (the slip float64_computed_in_float32),
 # judged by float32's tolerances as the core tier judges float64: at most 0.31 of
 # the forward's and 0.095 of the backward's (100 seeds, as above).
-GRAD_TOLERANCES = {
-    torch.float64: {"rtol": 1e-13, "atol": 1e-14},
-    torch.float32: {"rtol": 1.3e-6, "atol": 1e-6},
-    torch.float16: {"rtol": 2e-3, "atol": 1e-3},
-    torch.bfloat16: {"rtol": 1.6e-2, "atol": 8e-3},
-}
+GRAD_TOLERANCES = per_dtype(
+    float64=(1e-13, 1e-14), float32=(1.3e-6, 1e-6), float16=(2e-3, 1e-3), bfloat16=(1.6e-2, 8e-3)
+)
 
 
 def grad_tolerance(dtype: torch.dtype, scale: float, *, float64_throughout: bool = False) -> dict:

@@ -26,6 +26,7 @@ from judge.testing.rope import rope
 from judge.testing.scenarios import scenario
 from judge.testing.spec import FLOAT64_RULE, Case, CaseTable, KataSpec, dtypes, edge
 from judge.testing.tiers import convention, core
+from judge.testing.tolerances import per_dtype
 
 FULL = [torch.float32, torch.float64]
 HALF = [torch.float16, torch.bfloat16]
@@ -44,12 +45,7 @@ HALF = [torch.float16, torch.bfloat16]
 # Where a slip shows, it is off by 8.9e-4 or more in float32 (the subtlest: norm_eps ignored;
 # rope_base ignored 6e-3, every other slip more than 0.04), and angles computed in float16
 # by whole radians.
-TOLERANCES = {
-    torch.float64: {"rtol": 1e-10, "atol": 1e-10},
-    torch.float32: {"rtol": 1e-5, "atol": 2e-5},
-    torch.float16: {"rtol": 3e-2, "atol": 3e-2},
-    torch.bfloat16: {"rtol": 2e-1, "atol": 2e-1},
-}
+TOLERANCES = per_dtype(float64=(1e-10, 1e-10), float32=(1e-5, 2e-5), float16=(3e-2, 3e-2), bfloat16=(2e-1, 2e-1))
 TOLERANCE_NOTE = (
     "float64: float32 RoPE angles are right in the core tier (float32's tolerance), float64 throughout is a "
     "convention; half precision: two RMSNorms, GQA and SwiGLU compound: the solution and variants measured "

@@ -26,6 +26,7 @@ from judge.testing.modules import ModuleKata
 from judge.testing.scenarios import scenario
 from judge.testing.spec import FLOAT64_RULE, CaseTable, KataSpec, dtypes, edge
 from judge.testing.tiers import convention, core
+from judge.testing.tolerances import per_dtype
 
 FULL = [torch.float32, torch.float64]
 HALF = [torch.float16, torch.bfloat16]
@@ -47,12 +48,7 @@ EXPLICIT_EPS = (1e-8, 1e-6, 1e-5, 1e-3)
 # a float64 input computed in float32 is off by ~1e-7), float32 5.9e-7 (5x below rtol),
 # float16 9.8e-4 and bfloat16 7.8e-3: one ulp, PyTorch's own order (normalise, cast, then
 # weight) included; rtol is 3 ulps, so one more rounding in half precision passes too.
-TOLERANCES = {
-    torch.float64: {"rtol": 1e-13, "atol": 1e-15},
-    torch.float32: {"rtol": 3e-6, "atol": 1e-7},
-    torch.float16: {"rtol": 3e-3, "atol": 1e-5},
-    torch.bfloat16: {"rtol": 2.4e-2, "atol": 1e-5},
-}
+TOLERANCES = per_dtype(float64=(1e-13, 1e-15), float32=(3e-6, 1e-7), float16=(3e-3, 1e-5), bfloat16=(2.4e-2, 1e-5))
 
 
 def default_eps(dtype: torch.dtype) -> float:

@@ -24,6 +24,7 @@ from judge.testing.modules import ModuleKata
 from judge.testing.scenarios import scenario
 from judge.testing.spec import FLOAT64_RULE, Case, CaseTable, KataSpec, dtypes, edge
 from judge.testing.tiers import convention, core
+from judge.testing.tolerances import per_dtype
 
 FULL = [torch.float64, torch.float32]  # float64 first: the edge cases run in it, and show first
 HALF = [torch.float16, torch.bfloat16]
@@ -36,12 +37,7 @@ DEFAULT_MULTIPLE_OF = 256
 # seeds, at most 0.21. float16 at most 0.23 of its tolerance (4.9e-3 absolute), bfloat16 at
 # most 0.27 (0.047 absolute: the einsum variant rounds the bias add separately). Every slip
 # is caught in float64, whose tolerance stays tight.
-TOLERANCES = {
-    torch.float64: {"rtol": 1e-7, "atol": 1e-7},
-    torch.float32: {"rtol": 1e-5, "atol": 1e-5},
-    torch.float16: {"rtol": 1.5e-2, "atol": 1.5e-2},
-    torch.bfloat16: {"rtol": 1.5e-1, "atol": 1.5e-1},
-}
+TOLERANCES = per_dtype(float64=(1e-7, 1e-7), float32=(1e-5, 1e-5), float16=(1.5e-2, 1.5e-2), bfloat16=(1.5e-1, 1.5e-1))
 
 
 def llama_d_ff(d_model: int, multiple_of: int) -> int:

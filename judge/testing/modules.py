@@ -37,6 +37,7 @@ from judge.testing.functions import assert_inputs_unchanged, named_call, raises
 from judge.testing.inputs import causal_blocked, randn
 from judge.testing.scenarios import scenario
 from judge.testing.spec import CaseTable, core_dtype, edge
+from judge.testing.tolerances import per_dtype
 
 # (rtol, atol) for a layer's result in the given dtype, compared with the float64 reference
 # rounded to that dtype. A layer chains matmuls, a softmax and up to three LayerNorms, so
@@ -47,12 +48,9 @@ from judge.testing.spec import CaseTable, core_dtype, edge
 # Half precision: measured on the random draws (the edge cases run in float64).
 # The subtlest float32 mutant (tanh GELU) is off by >3e-4, and every slip is caught in
 # float64, whose tolerance stays tight.
-MODULE_TOLERANCES = {
-    torch.float64: {"rtol": 1e-7, "atol": 1e-7},
-    torch.float32: {"rtol": 3e-5, "atol": 6e-5},
-    torch.float16: {"rtol": 1.5e-2, "atol": 1.5e-2},
-    torch.bfloat16: {"rtol": 1e-1, "atol": 1e-1},
-}
+MODULE_TOLERANCES = per_dtype(
+    float64=(1e-7, 1e-7), float32=(3e-5, 6e-5), float16=(1.5e-2, 1.5e-2), bfloat16=(1e-1, 1e-1)
+)
 LAYER_TOLERANCES = MODULE_TOLERANCES | {torch.float32: {"rtol": 1e-5, "atol": 2e-5}}
 
 # --------------------------------------------------------------------------- the case table

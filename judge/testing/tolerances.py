@@ -8,9 +8,11 @@ passes) declare wider ones in their spec, each with how it was measured."""
 
 import torch
 
-SINGLE_OP = {
-    torch.float64: {"rtol": 1e-7, "atol": 1e-7},
-    torch.float32: {"rtol": 1.3e-6, "atol": 1e-5},
-    torch.float16: {"rtol": 4e-3, "atol": 4e-3},
-    torch.bfloat16: {"rtol": 3e-2, "atol": 3e-2},
-}
+
+def per_dtype(**pairs: tuple[float, float]) -> dict:
+    """A tolerance table, {dtype: {"rtol", "atol"}}, from (rtol, atol) pairs named by dtype:
+    per_dtype(float64=(1e-7, 1e-7), float32=(1.3e-6, 1e-5))."""
+    return {getattr(torch, name): {"rtol": rtol, "atol": atol} for name, (rtol, atol) in pairs.items()}
+
+
+SINGLE_OP = per_dtype(float64=(1e-7, 1e-7), float32=(1.3e-6, 1e-5), float16=(4e-3, 4e-3), bfloat16=(3e-2, 3e-2))

@@ -55,6 +55,7 @@ from judge.forbidden import ATTENTION
 from judge.testing.modules import module_repr, randomise_
 from judge.testing.scenarios import scenario
 from judge.testing.spec import Case, CaseTable, KataSpec, core_dtype, edge
+from judge.testing.tolerances import per_dtype
 
 FULL = [torch.float64, torch.float32]
 CLS = "TinyCausalLM"
@@ -73,10 +74,7 @@ ASKS = (
 # ill-conditioned (float32 off by 5e-4 there). The float64 rule: in the core tier float64
 # results are judged with float32's tolerance; float64's own judges them in the one test of
 # that convention.
-TOLERANCES = {
-    torch.float64: {"rtol": 1e-12, "atol": 1e-12},
-    torch.float32: {"rtol": 5e-5, "atol": 5e-5},
-}
+TOLERANCES = per_dtype(float64=(1e-12, 1e-12), float32=(5e-5, 5e-5))
 # The loss against F.cross_entropy of the learner's OWN logits (computed in float64, rounded
 # to their dtype): only the cross-entropy's own rounding, so PyTorch's single-op tolerances in
 # float32 (measured at most 0.035 of them) and the float64 one above (at most 5e-4 of it).

@@ -26,6 +26,7 @@ from judge.testing.inputs import randn
 from judge.testing.modules import ModuleKata
 from judge.testing.rope import rope
 from judge.testing.spec import Case, CaseTable, KataSpec, edge
+from judge.testing.tolerances import per_dtype
 
 FULL = [torch.float32, torch.float64]
 HALF = [torch.float16, torch.bfloat16]
@@ -42,12 +43,7 @@ EXACT = {"rtol": 0.0, "atol": 0.0}
 # there; float64's own tolerance judges them in the one test of that convention, far below
 # what a float32 step gives (float32 angles are off by up to 5e-7). Every slip in
 # tests/mutants is off by far more.
-TOLERANCES = {
-    torch.float64: {"rtol": 1e-10, "atol": 1e-10},
-    torch.float32: {"rtol": 5e-6, "atol": 5e-6},
-    torch.float16: {"rtol": 1e-2, "atol": 1e-2},
-    torch.bfloat16: {"rtol": 1e-1, "atol": 1e-1},
-}
+TOLERANCES = per_dtype(float64=(1e-10, 1e-10), float32=(5e-6, 5e-6), float16=(1e-2, 1e-2), bfloat16=(1e-1, 1e-1))
 
 
 def assert_close(actual, expected: torch.Tensor, *, call: str, what: str, tolerance: dict) -> None:

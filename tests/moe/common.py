@@ -39,6 +39,7 @@ from judge.testing.inputs import randn
 from judge.testing.modules import ModuleKata
 from judge.testing.scenarios import scenario
 from judge.testing.spec import CaseTable, KataSpec, core_dtype, edge
+from judge.testing.tolerances import per_dtype
 
 FULL = [torch.float64, torch.float32]  # float64 first: the edge cases run in it, and show first
 HALF = [torch.float16, torch.bfloat16]
@@ -53,12 +54,7 @@ HALF = [torch.float16, torch.bfloat16]
 #   float32: y 0.12 (3.3e-6 absolute on a large y), router_logits 0.055;
 #   float16: 0.17 (3.9e-3 absolute), bfloat16 0.24 (0.042 absolute: the weights rounded to
 #            bfloat16 after a float32 softmax).
-TOLERANCES = {
-    torch.float64: {"rtol": 1e-10, "atol": 1e-10},
-    torch.float32: {"rtol": 5e-6, "atol": 5e-6},
-    torch.float16: {"rtol": 2e-2, "atol": 2e-2},
-    torch.bfloat16: {"rtol": 1.5e-1, "atol": 1.5e-1},
-}
+TOLERANCES = per_dtype(float64=(1e-10, 1e-10), float32=(5e-6, 5e-6), float16=(2e-2, 2e-2), bfloat16=(1.5e-1, 1.5e-1))
 # Gradients in float64 (of x and every parameter, autograd through the learner's layer
 # against autograd through the reference): float32 routing measured at most 0.10 of the
 # first (1.05e-6 absolute: the backward of a float32 softmax rounds its incoming gradient),
@@ -70,12 +66,12 @@ GRADIENT_TOLERANCE_FLOAT64 = {"rtol": 1e-10, "atol": 1e-10}
 # 0.035 of float32's (9.3e-7 absolute), float32 0.035; float64 throughout at most 3e-6 of its
 # own; float16 and bfloat16: the float32 result rounded once to the half dtype, every
 # implementation measured exact (two ulps allowed).
-LOSS_TOLERANCES = {
-    torch.float64: {"rtol": 1e-10, "atol": 1e-10},
-    torch.float32: {"rtol": 5e-6, "atol": 5e-6},
-    torch.float16: {"rtol": 2 * torch.finfo(torch.float16).eps, "atol": 1e-5},
-    torch.bfloat16: {"rtol": 2 * torch.finfo(torch.bfloat16).eps, "atol": 1e-5},
-}
+LOSS_TOLERANCES = per_dtype(
+    float64=(1e-10, 1e-10),
+    float32=(5e-6, 5e-6),
+    float16=(2 * torch.finfo(torch.float16).eps, 1e-5),
+    bfloat16=(2 * torch.finfo(torch.bfloat16).eps, 1e-5),
+)
 # Its gradient (float64): float32 routing measured at most 0.21 of the first (3.5e-7 absolute);
 # float64 throughout at most 1.3e-6 of the second.
 LOSS_GRADIENT_TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}
