@@ -21,7 +21,14 @@ from judge.paths import INFO, SOLUTIONS
 
 NAME = re.compile(r"[a-z][a-z0-9_]*")
 FIELDS = {"name": str, "title": str, "difficulty": int, "minutes": int, "reference": str, "hints": list}
-OPTIONAL = {"title_zh": str, "hints_zh": list, "reference_zh": str, "time_limit": int, "test_timeout": int}
+OPTIONAL = {
+    "title_zh": str,
+    "hints_zh": list,
+    "reference_zh": str,
+    "time_limit": int,
+    "test_timeout": int,
+    "aliases": list,
+}
 
 
 class CatalogError(UsageError):
@@ -41,6 +48,7 @@ class Kata:
     reference_zh: str | None = None
     time_limit: int | None = None  # seconds for the kata's whole run, when the default is too short
     test_timeout: int | None = None  # seconds for one of its tests (a training test, say)
+    aliases: list[str] = field(default_factory=list)  # names people use for it: KATA=mha works
 
     @property
     def shown_title(self) -> str:
@@ -77,6 +85,11 @@ def load_catalog(path: Path = INFO, solutions: Path = SOLUTIONS) -> list[Kata]:
         if kata.name in seen:
             raise CatalogError(f"{path.name}: kata {kata.name!r} is listed twice")
         seen.add(kata.name)
+    for kata in katas:
+        for alias in kata.aliases:
+            if not NAME.fullmatch(alias) or alias in seen:
+                raise CatalogError(f"{path.name}: {kata.name}'s alias {alias!r} is not a free lower-case identifier")
+            seen.add(alias)
     return katas
 
 
@@ -116,6 +129,11 @@ def kata_names(katas: list[Kata]) -> list[str]:
     return [kata.name for kata in katas]
 
 
+def kata_aliases(katas: list[Kata]) -> dict[str, str]:
+    """alias -> kata name, for resolve_kata: {"mha": "multi_head_attention", ...}."""
+    return {alias: kata.name for kata in katas for alias in kata.aliases}
+
+
 TABLE_HEADERS = {
     "en": "| kata | what you write | difficulty | minutes | judged against |",
     "zh": "| 题目 | 你要写的 | 难度 | 建议分钟 | 对照基准 |",
@@ -135,13 +153,23 @@ def kata_table(katas: list[Kata], lang: str = "en") -> str:
     return "\n".join(rows)
 
 
-def resolve_kata(text: str, names: list[str]) -> str:
+def resolve_kata(text: str, names: list[str], aliases: dict[str, str] | None = None) -> str:
     """The kata a learner meant: `causal_mask`, `causal_mask.py` and `katas/causal_mask.py` all name
-    causal_mask; an unknown name is refused in one line that suggests the nearest one."""
+    causal_mask, and so does an alias in any case (`MHA`, `mha`: multi_head_attention). A word
+    that several katas share (`attention`) is answered with those katas; any other unknown name
+    with the nearest one. Either way in one line."""
     stem = Path(text.strip()).name.removesuffix(".py")
-    if stem in names:
-        return stem
-    nearest = difflib.get_close_matches(stem, names, n=1, cutoff=0.6)
+    aliases = aliases or {}
+    for word in (stem, stem.lower().replace("-", "_")):
+        if word in names:
+            return word
+        if word in aliases:
+            return aliases[word]
+    sharing = [name for name in names if stem.lower() in name.split("_")]
+    if len(sharing) > 1:
+        raise UsageError(tr("{text!r} could be any of: {names}", text=text, names=", ".join(sharing)))
+    nearest = difflib.get_close_matches(stem, [*names, *aliases], n=1, cutoff=0.6)
     if nearest:
-        raise UsageError(tr("unknown kata {text!r}: did you mean {nearest}?", text=text, nearest=nearest[0]))
+        meant = aliases.get(nearest[0], nearest[0])
+        raise UsageError(tr("unknown kata {text!r}: did you mean {nearest}?", text=text, nearest=meant))
     raise UsageError(tr("unknown kata {text!r}; the katas are: {names}", text=text, names=", ".join(names)))

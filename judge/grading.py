@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from judge.advice import next_step, replay_line
-from judge.catalog import Kata, kata_names, kata_table, load_catalog, resolve_kata
+from judge.catalog import Kata, kata_aliases, kata_names, kata_table, load_catalog, resolve_kata
 from judge.engines import default_shards
 from judge.environment import require_grading_dependencies
 from judge.errors import UsageError
@@ -74,7 +74,8 @@ def parse_grade_args(argv: list[str], catalog: list[Kata]) -> argparse.Namespace
         help="fork: children of a warm process (auto on Linux, ~5x faster); process: a fresh one each",
     )
     args = parser.parse_args(argv)
-    args.kata = [resolve_kata(name, names) for name in args.kata] if args.kata else None
+    aliases = kata_aliases(catalog)
+    args.kata = [resolve_kata(name, names, aliases) for name in args.kata] if args.kata else None
     if args.jobs < 1 or args.time_limit <= 0 or args.test_timeout <= 0:
         raise UsageError("--jobs, --time-limit and --test-timeout must be positive")
     if args.json and not Path(args.json).resolve().parent.is_dir():

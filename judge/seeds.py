@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from judge.catalog import kata_names, load_catalog, resolve_kata
+from judge.catalog import kata_aliases, kata_names, load_catalog, resolve_kata
 from judge.errors import UsageError
 from judge.limits import Limits
 from judge.mutants import Mutant, MutantError, load_mutants
@@ -96,9 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first", type=int, default=1, help="the first seed (default 1)")
     parser.add_argument("--workers", type=int, default=default_workers())
     options = parser.parse_args(argv)
-    names = kata_names(load_catalog())
+    catalog = load_catalog()
+    names, aliases = kata_names(catalog), kata_aliases(catalog)
     try:
-        katas = [resolve_kata(name, names) for name in options.katas] or names
+        katas = [resolve_kata(name, names, aliases) for name in options.katas] or names
     except UsageError as error:
         parser.error(str(error))
     if options.seeds < 1:

@@ -236,6 +236,7 @@ ZH: dict[str, str] = {
     'a convention (the stub: "{quote}"): {text}': "一条约定（桩代码写明：“{quote}”）：{text}",
     # judge/catalog.py: a kata named wrong
     "unknown kata {text!r}: did you mean {nearest}?": "没有名为 {text!r} 的题目：你是想输入 {nearest} 吗？",
+    "{text!r} could be any of: {names}": "{text!r} 可以指以下任一题目：{names}",
     "unknown kata {text!r}; the katas are: {names}": "没有名为 {text!r} 的题目；所有题目：{names}",
     # judge/timing.py
     "{device}: machine busy, timing unreliable (ratios {low:.2f}x to {high:.2f}x across rounds); "

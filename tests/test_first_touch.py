@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from judge.advice import next_step, replay_line
-from judge.catalog import kata_names, load_catalog, resolve_kata
+from judge.catalog import CatalogError, kata_aliases, kata_names, load_catalog, resolve_kata
 from judge.errors import UsageError
 from judge.paths import ROOT
 from judge.protocol import KataResult, Status
@@ -21,6 +21,7 @@ from judge.stubs import make_stub
 from judge.timing import format_timing
 
 NAMES = kata_names(load_catalog())
+ALIASES = kata_aliases(load_catalog())
 
 
 def result(name: str, status: Status) -> KataResult:
@@ -35,6 +36,48 @@ def test_a_kata_may_be_named_by_its_file(typed):
 def test_a_typo_is_answered_with_the_nearest_kata():
     with pytest.raises(UsageError, match="did you mean causal_mask"):
         resolve_kata("casual_mask", NAMES)
+
+
+@pytest.mark.parametrize(
+    ("typed", "kata"),
+    [
+        ("mha", "multi_head_attention"),
+        ("sdpa", "scaled_dot_product_attention"),
+        ("gqa", "grouped_query_attention"),
+        ("rope", "rotary_embedding"),
+        ("moe", "moe"),
+        ("kv", "kv_cache"),
+        ("flash", "flash_attention"),
+        ("MHA", "multi_head_attention"),
+        ("Layer-Norm", "layer_norm"),
+    ],
+)
+def test_names_people_use_name_the_kata(typed, kata):
+    assert resolve_kata(typed, NAMES, ALIASES) == kata
+
+
+def test_a_word_several_katas_share_lists_them_all():
+    """Not the nearest one (attention is no typo of flash_attention): every kata it could mean."""
+    with pytest.raises(
+        UsageError, match="'attention' could be any of: scaled_dot_product_attention, multi_head"
+    ) as raised:
+        resolve_kata("attention", NAMES, ALIASES)
+    assert "flash_attention" in str(raised.value) and "did you mean" not in str(raised.value)
+
+
+def test_a_typo_of_an_alias_gets_the_kata_it_stands_for():
+    with pytest.raises(UsageError, match="did you mean multi_head_attention"):
+        resolve_kata("mhaa", NAMES, ALIASES)
+
+
+def test_an_alias_that_is_taken_is_refused(tmp_path):
+    info = tmp_path / "info.toml"
+    entry = 'name = "{}"\ntitle = "t"\ndifficulty = 1\nminutes = 5\nreference = "r"\nhints = ["h"]\naliases = ["{}"]\n'
+    info.write_text(
+        "[[kata]]\n" + entry.format("causal_mask", "mask") + "[[kata]]\n" + entry.format("padding_mask", "mask")
+    )
+    with pytest.raises(CatalogError, match="padding_mask's alias 'mask' is not a free"):
+        load_catalog(info)
 
 
 def test_a_name_near_nothing_lists_the_katas():

@@ -7,7 +7,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
-from judge.catalog import Kata, resolve_kata
+from judge.catalog import Kata, kata_aliases, resolve_kata
 from judge.errors import UsageError
 from judge.language import tr
 from judge.protocol import KataResult
@@ -42,7 +42,7 @@ def find_kata(catalog: list[Kata], name: str | None, *, example: str) -> Kata:
         raise UsageError(
             tr("name the kata, e.g. {example} (the katas: {names})", example=example, names=", ".join(names))
         )
-    chosen = resolve_kata(name, names)
+    chosen = resolve_kata(name, names, kata_aliases(catalog))
     return next(kata for kata in catalog if kata.name == chosen)
 
 
