@@ -115,12 +115,12 @@ def test_the_next_step_is_the_first_broken_kata_then_the_first_untouched_one(mon
     assert "make mock" in next_step(passing, own_katas=True)
 
 
-def run_make(*args: str) -> subprocess.CompletedProcess:
+def run_make(*args: str, cwd=ROOT) -> subprocess.CompletedProcess:
     # A make above this one (make test ARGS=-x) passes its variables down: the run starts clean.
     env = {key: value for key, value in os.environ.items() if key not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "ARGS")}
     return subprocess.run(
         ["make", "--no-print-directory", *args, f"PYTHON={sys.executable}"],
-        cwd=ROOT,
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
@@ -144,6 +144,16 @@ def test_make_check_with_a_bad_kata_name_is_still_an_error():
     run = run_make("check", "KATA=casual_mask")
     assert run.returncode == 2
     assert "did you mean causal_mask?" in run.stderr
+
+
+def test_make_works_from_inside_katas():
+    """An editor is often opened in katas/: make there runs the project's own targets, with the
+    same variables (a dry run, -n, shows the command it would run)."""
+    forwarded = run_make("-n", "check", "KATA=causal_mask.py", "SEED=7", cwd=ROOT / "katas")
+    assert forwarded.returncode == 0, forwarded.stdout + forwarded.stderr
+    assert 'grader.py --kata "causal_mask.py" --seed 7' in forwarded.stdout
+    shown = run_make("-s", cwd=ROOT / "katas")
+    assert shown.returncode == 0 and "make check" in shown.stdout, shown.stdout + shown.stderr
 
 
 def test_a_debug_print_is_shown_under_the_table_but_costs_nothing():
