@@ -28,13 +28,29 @@ def total_score(results: list[KataResult]) -> float:
     return 100.0 * sum(r.score for r in results) / len(results) if results else 0.0
 
 
+PRINT_SHOWN = 60  # characters of a print shown: its first line, cut, so a flood stays one line of the table
+CUT = " ..."  # how the plugin ends what it kept of a longer print
+
+
 def printed_line(result: KataResult) -> str | None:
-    """A debug print is shown, never counted: interviewers notice prints left in, tests do not."""
+    """A debug print is shown, never counted: interviewers notice prints left in, tests do not.
+    One line of the table: the start of its first line, and how much it printed in all (or
+    that it was more than the report kept)."""
     if not result.printed:
         return None
+    cut = result.printed.endswith(CUT)
+    text = result.printed.removesuffix(CUT) if cut else result.printed
+    lines = text.splitlines() or [text]
+    printed = repr(lines[0][:PRINT_SHOWN])
+    if cut:
+        printed += tr("... (more than {chars} characters)", chars=len(text))
+    elif len(lines) > 1:
+        printed += tr("... ({lines} lines, {chars} characters)", lines=len(lines), chars=len(text))
+    elif len(lines[0]) > PRINT_SHOWN:
+        printed += tr("... ({chars} characters)", chars=len(text))
     return tr(
         "it printed {printed}: remove debug prints before an interview (not counted against you)",
-        printed=repr(result.printed),
+        printed=printed,
     )
 
 

@@ -12,6 +12,9 @@ ZH: dict[str, str] = {
     "Score: {score:.1f} / 100   ({passing} of {total} katas pass)": (
         "总分：{score:.1f} / 100   （{total} 道题中 {passing} 道通过）"
     ),
+    "... (more than {chars} characters)": "……（超过 {chars} 个字符）",
+    "... ({lines} lines, {chars} characters)": "……（共 {lines} 行、{chars} 个字符）",
+    "... ({chars} characters)": "……（共 {chars} 个字符）",
     "it printed {printed}: remove debug prints before an interview (not counted against you)": (
         "它打印了 {printed}：面试前请删掉调试用的 print（不会因此扣分）"
     ),

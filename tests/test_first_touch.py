@@ -159,8 +159,23 @@ def test_make_works_from_inside_katas():
 def test_a_debug_print_is_shown_under_the_table_but_costs_nothing():
     printed = KataResult("causal_mask", Status.PASS, 1.0, 3, 3, "all 3 tests passed", printed="mask shape: (5, 5)\n")
     shown = table([printed], impl="katas", seed=1, colour=False, timing=False)
-    assert "causal_mask: it printed 'mask shape: (5, 5)\\n': remove debug prints before an interview" in shown
+    assert "causal_mask: it printed 'mask shape: (5, 5)': remove debug prints before an interview" in shown
     assert "Score: 100.0 / 100" in shown
+
+
+@pytest.mark.parametrize(
+    ("printed", "shown"),
+    [
+        ("a\nb\nc\n", "'a'... (3 lines, 6 characters)"),
+        ("x" * 100, "'" + "x" * 60 + "'... (100 characters)"),
+        ("debug " * 50 + " ...", "'" + "debug " * 10 + "'... (more than 300 characters)"),
+    ],
+)
+def test_a_long_print_is_one_line_of_the_table_with_a_count(printed, shown):
+    """Its first line, cut, and how much there was: a flood never widens the table."""
+    result = KataResult("causal_mask", Status.PASS, 1.0, 3, 3, "", printed=printed)
+    line = table([result], impl="katas", seed=1, colour=False, timing=False).splitlines()[-2]
+    assert line == f"causal_mask: it printed {shown}: remove debug prints before an interview (not counted against you)"
 
 
 def test_the_guide_for_coding_assistants_names_only_real_make_targets():
