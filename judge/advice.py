@@ -4,8 +4,10 @@ Makefile (it sets KATAS_VIA_MAKE=1), the grader's own flags otherwise."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from judge.language import tr
+from judge.paths import KATAS
 from judge.protocol import KataResult, Status
 
 # Statuses whose cause may depend on the hidden shapes: replaying the seed can reproduce them.
@@ -26,6 +28,10 @@ def hint_command(name: str) -> str:
     return f"make hint KATA={name}" if via_make() else f"python practice.py hint --kata {name}"
 
 
+def reset_command(name: str) -> str:
+    return f"make reset KATA={name}" if via_make() else f"python practice.py reset --kata {name}"
+
+
 def replay_line(results: list[KataResult], seed: int, *, single: bool) -> str | None:
     """How to replay the hidden shapes, only when a verdict may depend on them."""
     shaped = [r for r in results if r.status in SHAPE_DEPENDENT]
@@ -37,14 +43,22 @@ def replay_line(results: list[KataResult], seed: int, *, single: bool) -> str | 
     return tr("Replay these exact hidden shapes: {command}", command=command)
 
 
-def next_step(results: list[KataResult], *, own_katas: bool) -> str | None:
-    """One neutral next step: the first kata that is neither passing nor untouched, else the first
-    untouched one. Only for the learner's own files (katas/), where opening the file makes sense."""
+def next_step(results: list[KataResult], *, own_katas: bool, folder: Path = KATAS) -> str | None:
+    """One neutral next step: the first kata that is neither passing nor untouched (its file
+    missing or empty: bring the stub back), else the first untouched one. Only for the learner's
+    own files (katas/, `folder`), where opening the file makes sense."""
     if not own_katas or not results:
         return None
     broken = [r for r in results if r.status not in (Status.PASS, Status.TODO)]
     if broken:
         name = broken[0].name
+        path = folder / f"{name}.py"
+        if not path.is_file() or not path.read_text(encoding="utf-8", errors="replace").strip():
+            return tr(
+                "Next: katas/{name}.py is missing or empty; {reset} brings the stub back",
+                name=name,
+                reset=reset_command(name),
+            )
         return tr(
             "Next: fix katas/{name}.py (see above), then {check}; stuck? {hint}",
             name=name,

@@ -33,6 +33,9 @@ ZH: dict[str, str] = {
     "... and {count} more": "……还有 {count} 个",
     # judge/advice.py: what to type next
     "Replay these exact hidden shapes: {command}": "重现这组隐藏形状：{command}",
+    "Next: katas/{name}.py is missing or empty; {reset} brings the stub back": (
+        "下一步：katas/{name}.py 不存在或是空的；{reset} 会把桩文件放回来"
+    ),
     "Next: fix katas/{name}.py (see above), then {check}; stuck? {hint}": (
         "下一步：修改 katas/{name}.py（见上文），然后运行 {check}；卡住了？{hint}"
     ),

@@ -115,6 +115,18 @@ def test_the_next_step_is_the_first_broken_kata_then_the_first_untouched_one(mon
     assert "make mock" in next_step(passing, own_katas=True)
 
 
+@pytest.mark.parametrize("content", [None, "", "  \n\n"])
+def test_the_next_step_for_a_missing_or_empty_file_is_make_reset(monkeypatch, tmp_path, content):
+    """The same advice make watch gives: the stub comes back with make reset, not "fix" a file that is not there."""
+    monkeypatch.setenv("KATAS_VIA_MAKE", "1")
+    if content is not None:
+        (tmp_path / "causal_mask.py").write_text(content)
+    broken = [result("causal_mask", Status.ERROR)]
+    assert next_step(broken, own_katas=True, folder=tmp_path) == (
+        "Next: katas/causal_mask.py is missing or empty; make reset KATA=causal_mask brings the stub back"
+    )
+
+
 def run_make(*args: str, cwd=ROOT) -> subprocess.CompletedProcess:
     # A make above this one (make test ARGS=-x) passes its variables down: the run starts clean.
     env = {key: value for key, value in os.environ.items() if key not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "ARGS")}
