@@ -11,6 +11,7 @@ its verdict with `verdict(batch, key)`, which waits for its batch.
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, field
 
@@ -43,11 +44,14 @@ class Pool:
         self.ready[batch.name] = threading.Event()
 
     def start(self) -> None:
-        """Grade every batch in a thread: the ones with the most jobs first, fresh processes last."""
+        """Grade every batch in a thread: the ones with the most jobs first, fresh processes last.
+        In the environment as it is now: a test that sets a variable for itself meanwhile (say
+        KATAS_LANG=zh, by monkeypatch) must not reach the grades that start while it runs."""
         order = sorted(self.batches.values(), key=lambda b: (not b.fork, -len(b.jobs)))
-        threading.Thread(target=self._grade, args=(order,), name="kata-pool", daemon=True).start()
+        now = dict(os.environ)
+        threading.Thread(target=self._grade, args=(order, now), name="kata-pool", daemon=True).start()
 
-    def _grade(self, order: list[Batch]) -> None:
+    def _grade(self, order: list[Batch], environment: dict) -> None:
         for batch in order:
             try:
                 keys = list(batch.jobs)
@@ -58,7 +62,7 @@ class Pool:
                     limits=batch.limits,
                     workers=default_workers(),
                     fork=batch.fork,
-                    env=batch.env,
+                    env=environment | batch.env,
                 )
                 self.results[batch.name] = dict(zip(keys, graded))
             except BaseException as error:  # noqa: BLE001 - the tests that read it report it
