@@ -24,6 +24,11 @@ def paint(text: str, status: Status, enabled: bool) -> str:
     return f"\033[{COLOURS[Status(status)]}m{text}\033[0m" if enabled else text
 
 
+def katas_counted(count: int) -> str:
+    """"1 kata", "3 katas" (in the learner's language)."""
+    return tr("1 kata") if count == 1 else tr("{count} katas", count=count)
+
+
 def total_score(results: list[KataResult]) -> float:
     return 100.0 * sum(r.score for r in results) / len(results) if results else 0.0
 
@@ -83,7 +88,7 @@ def unjudged_lines(results: list[KataResult]) -> list[str]:
         where = (
             ", ".join(f"{name} ({n})" for name, n in katas.items())
             if len(katas) <= 3
-            else tr("{count} katas", count=len(katas))
+            else katas_counted(len(katas))
         )
         if count == 1:
             line = tr(
@@ -139,14 +144,18 @@ def verdict_end(results: list[KataResult], advice: tuple[str | None, ...] = ()) 
         lines += details(r)
     lines += unjudged_lines(results)
     passing = sum(r.status == Status.PASS for r in results)
-    lines.append(
-        tr(
-            "Score: {score:.1f} / 100   ({passing} of {total} katas pass)",
-            score=total_score(results),
-            passing=passing,
-            total=len(results),
+    score = total_score(results)
+    if len(results) == 1:
+        lines.append(tr("Score: {score:.1f} / 100   ({passing} of 1 kata passes)", score=score, passing=passing))
+    else:
+        lines.append(
+            tr(
+                "Score: {score:.1f} / 100   ({passing} of {total} katas pass)",
+                score=score,
+                passing=passing,
+                total=len(results),
+            )
         )
-    )
     return lines + [line for line in advice if line]
 
 

@@ -9,6 +9,7 @@ tables, whose alignment counts characters."""
 ZH: dict[str, str] = {
     # judge/reporting.py: the grader's table
     "Grading {impl} (seed {seed})": "评测 {impl}（种子 {seed}）",
+    "Score: {score:.1f} / 100   ({passing} of 1 kata passes)": "总分：{score:.1f} / 100   （1 道题中 {passing} 道通过）",
     "Score: {score:.1f} / 100   ({passing} of {total} katas pass)": (
         "总分：{score:.1f} / 100   （{total} 道题中 {passing} 道通过）"
     ),
@@ -19,6 +20,7 @@ ZH: dict[str, str] = {
         "它打印了 {printed}：面试前请删掉调试用的 print（不会因此扣分）"
     ),
     "{count} katas": "{count} 道题",
+    "1 kata": "1 道题",
     "Not judged here, never counted: {count} case in {where}: {reason}.": (
         "本机无法评判，不计入总数：{where} 中的 {count} 个用例：{reason}。"
     ),
@@ -107,7 +109,7 @@ ZH: dict[str, str] = {
     # judge/practice/mock.py
     "N={n}: pick from 1 to {count} katas": "N={n}：请选 1 到 {count} 道题",
     "N={n}: there are only {count} katas": "N={n}：只有 {count} 道题",
-    "Mock interview {id}: {count} katas in {time} (seed {seed})": "模拟面试 {id}：{count} 道题，限时 {time}（种子 {seed}）",
+    "Mock interview {id}: {katas} in {time} (seed {seed})": "模拟面试 {id}：{katas}，限时 {time}（种子 {seed}）",
     "Workspace: {folder}/   (your katas/ are not touched)": "工作目录：{folder}/   （不会改动你的 katas/）",
     "{number}. {name}  {stars}  {minutes:>3} min  {title}": "{number}. {name}  {stars}  {minutes:>3} 分钟  {title}",
     "Edit the files above; each save is graded. Stuck? make hint KATA=name (counted in the report).": (

@@ -56,7 +56,7 @@ EXPECTED = {  # tests/broken/<kata>/<file> -> (status, words its message must co
     "scaled_dot_product_attention/disables_torch_function": ("forbidden", "F.scaled_dot_product_attention"),
     "scaled_dot_product_attention/disables_modes": ("forbidden", "F.scaled_dot_product_attention"),
     "scaled_dot_product_attention/swallows_the_refusal": ("forbidden", "F.scaled_dot_product_attention"),
-    "scaled_dot_product_attention/returns_nan": ("fail", "contains NaN at index"),
+    "scaled_dot_product_attention/returns_nan": ("fail", "with NaN at index"),
     "scaled_dot_product_attention/modifies_query_in_place": ("fail", "modified its `query` argument in place"),
     "multi_head_attention/calls_mha_forward": ("forbidden", "multi_head_attention_forward"),
     "encoder_layer/borrows_pytorch_feed_forward": ("forbidden", "nn.TransformerEncoderLayer._ff_block"),  # hole 12

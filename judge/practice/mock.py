@@ -22,6 +22,7 @@ from judge.places import Places, read_json, shown, write_atomically
 from judge.practice.common import clock, fresh_path, stamp
 from judge.practice.watch import POLL_SECONDS, Watcher
 from judge.protocol import KataResult
+from judge.reporting import katas_counted
 from judge.stubs import stub_text
 
 
@@ -125,9 +126,9 @@ def task_list(plan: MockPlan, catalog: list[Kata]) -> str:
     width = max(len(name) for name in plan.katas)
     lines = [
         tr(
-            "Mock interview {id}: {count} katas in {time} (seed {seed})",
+            "Mock interview {id}: {katas} in {time} (seed {seed})",
             id=plan.id,
-            count=len(plan.katas),
+            katas=katas_counted(len(plan.katas)),
             time=clock(plan.minutes * 60),
             seed=plan.seed,
         ),

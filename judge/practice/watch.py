@@ -20,6 +20,7 @@ from judge.language import tr
 from judge.places import Places, fingerprint, shown
 from judge.practice.common import colour_enabled, find_kata, verdict_block
 from judge.protocol import KataResult
+from judge.reporting import katas_counted
 from judge.timing import format_timing
 
 POLL_SECONDS = 0.1  # a save waits 0.05 s on average to be seen; a poll (stat, read, hash) costs well under 1 ms a kata
@@ -150,7 +151,7 @@ def watch_command(args: argparse.Namespace, places: Places) -> int:
     if not places.katas.is_dir():
         raise UsageError(tr("{folder}: no such folder of katas", folder=places.katas))
     engine = make_engine(args.engine, device=args.device, shards=default_shards())  # one kata at a time: every core
-    what = names[0] if args.kata else tr("{count} katas", count=len(names))
+    what = names[0] if args.kata else katas_counted(len(names))
     print(tr("Loading torch and pytest once ({engine} engine)...", engine=engine.kind), flush=True)
     started = time.perf_counter()
     engine.prepare()

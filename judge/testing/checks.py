@@ -102,8 +102,8 @@ def _compare(actual, expected: torch.Tensor, *, call: str, what: str, tolerance:
         if wrong.any():
             where = _index(int(wrong.flatten().nonzero()[0]), got.shape)
             raise mismatch(
-                f"{call} returned {what} that contains {name} at index {where} "
-                f"({int(wrong.sum())} of {wrong.numel()} elements); expected {want[where].item():.6g}"
+                f"{call} returned {what} with {name} at index {where} "
+                f"({int(wrong.sum())} of {wrong.numel()} elements); expected {want[where].item() + 0.0:.6g}"
             )
 
     def message(_default: str) -> str:
@@ -127,6 +127,7 @@ def _compare(actual, expected: torch.Tensor, *, call: str, what: str, tolerance:
 
 def distinct(got: float, want: float) -> tuple[str, str]:
     """Two numbers with as many digits as it takes to tell them apart (9 at least, 17 at most)."""
+    got, want = got + 0.0, want + 0.0  # -0.0 reads as 0: "expected -0" only puzzles
     for digits in range(9, 18):
         shown = f"{got:.{digits}g}", f"{want:.{digits}g}"
         if shown[0] != shown[1] or got == want:
