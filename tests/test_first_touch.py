@@ -9,15 +9,17 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from judge.advice import next_step, replay_line
 from judge.catalog import CatalogError, kata_aliases, kata_names, load_catalog, resolve_kata
 from judge.errors import UsageError
 from judge.paths import ROOT
 from judge.protocol import KataResult, Status
-from judge.reporting import table
+from judge.reporting import katas_counted, table
 from judge.status_line import StatusLine
 from judge.stubs import make_stub
+from judge.testing.checks import Mismatch, assert_close
 from judge.timing import format_timing
 
 NAMES = kata_names(load_catalog())
@@ -239,3 +241,21 @@ def test_the_chinese_readme_has_the_english_ones_structure():
     english, chinese = readme_shape("README.md"), readme_shape("README.zh-CN.md")
     for what in english:
         assert chinese[what] == english[what], f"README.zh-CN.md drifted from README.md: {what}"
+
+
+def test_one_kata_is_counted_in_the_singular():
+    assert (katas_counted(1), katas_counted(3)) == ("1 kata", "3 katas")
+    one = table([result("causal_mask", Status.PASS)], impl="katas", seed=1, colour=False, timing=False)
+    assert "(1 of 1 kata passes)" in one
+    two = [result("causal_mask", Status.PASS), result("padding_mask", Status.FAIL)]
+    two = table(two, impl="katas", seed=1, colour=False, timing=False)
+    assert "(1 of 2 katas pass)" in two
+
+
+def test_a_nan_is_named_without_a_verb_to_agree_and_minus_zero_reads_as_zero():
+    with pytest.raises(Mismatch) as raised:
+        assert_close(torch.tensor([float("nan"), 1.0]), torch.tensor([-0.0, 1.0]), call="f(x)", what="weights")
+    assert str(raised.value) == "f(x) returned weights with NaN at index (0,) (1 of 2 elements); expected 0"
+    with pytest.raises(Mismatch) as raised:
+        assert_close(torch.tensor([0.5]), torch.tensor([-0.0]), call="f(x)")
+    assert "got 0.5, expected 0, off by 0.5" in str(raised.value)
