@@ -45,9 +45,17 @@ def make_stub(solution: str, *, source: str = "the solution") -> str:
     return "".join(out)
 
 
-def without_markers(text: str) -> str:
-    """The solution as the learner may read it: the BEGIN/END lines left out."""
-    return "".join(line for line in text.splitlines(keepends=True) if line.strip() not in (BEGIN, END))
+def reference_text(text: str) -> str:
+    """The solution as the learner reads it (make diff): without the BEGIN/END lines, and without
+    the TODO lines its regions keep for the stub (a learner who deleted them changed nothing)."""
+    out, inside = [], False
+    for line in text.splitlines(keepends=True):
+        marker = line.strip()
+        if marker in (BEGIN, END):
+            inside = marker == BEGIN
+        elif not (inside and marker.startswith(TODO)):
+            out.append(line)
+    return "".join(out)
 
 
 def solution_text(name: str, solutions: Path = SOLUTIONS) -> str:

@@ -25,7 +25,7 @@ from judge.paths import ROOT
 from judge.places import Places
 from judge.practice import cli, diff, hint, mock, progress, reset, watch
 from judge.protocol import KataResult
-from judge.stubs import make_stub, without_markers
+from judge.stubs import make_stub, reference_text
 
 CATALOG = load_catalog()
 NAMES = [k.name for k in CATALOG]
@@ -73,7 +73,7 @@ class FakeEngine:
         self.graded.append((name, path))
         text = path.read_text()
         solution = (ROOT / "solutions" / f"{name}.py").read_text()
-        if text in (solution, without_markers(solution)):
+        if text in (solution, reference_text(solution)):
             return KataResult(name, "pass", 1.0, 4, 4, "all 4 tests passed")
         if text == make_stub(solution):
             return KataResult(name, "todo", 0.0, 0, 4, "not started: the stub still raises NotImplementedError")
@@ -264,7 +264,8 @@ def test_diff_shows_the_difference_and_whether_it_passes(places):
     assert "--- " in text and "(yours)" in text and "+++ solutions/causal_mask.py (reference)" in text
     assert "-    raise NotImplementedError" in text and "+    return torch.triu(ones, diagonal=1)" in text
     assert "### BEGIN SOLUTION" not in text and "does not pass yet" in text
-    places.kata_file("causal_mask").write_text(without_markers(SOLUTION))
+    assert "+    # TODO" not in text  # the reference's own TODO lines (kept for the stub) are not shown
+    places.kata_file("causal_mask").write_text(reference_text(SOLUTION))
     out = io.StringIO()
     assert diff.diff_command(args, places, out=out, engine=FakeEngine()) == 0
     assert "No difference" in out.getvalue() and "causal_mask passes." in out.getvalue()

@@ -16,7 +16,7 @@ from judge.history import history_of
 from judge.language import tr
 from judge.places import Places, fingerprint, shown
 from judge.practice.common import colour_enabled, find_kata, verdict_block
-from judge.stubs import solution_text, without_markers
+from judge.stubs import reference_text, solution_text
 
 
 def unified_diff(learner: str, solution: str, learner_label: str, solution_label: str) -> list[str]:
@@ -55,7 +55,7 @@ def diff_command(
             tr("{path} does not exist; make reset KATA={name} writes the stub", path=shown(target), name=kata.name)
         )
     learner = target.read_text(encoding="utf-8", errors="replace")
-    solution = without_markers(solution_text(kata.name))
+    solution = reference_text(solution_text(kata.name))
     lines = unified_diff(
         learner,
         solution,
