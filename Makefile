@@ -3,7 +3,7 @@
 # pinned requirements. To use an interpreter you already have (say, one with a
 # CUDA build of torch), pass it: make grade PYTHON=python3
 .DEFAULT_GOAL := help
-.PHONY: help setup grade check test stubs watch hint reset diff mock progress
+.PHONY: help setup grade check test stubs watch hint reset diff mock interview progress
 
 VENV        ?= .venv
 BASE_PYTHON ?= python3
@@ -67,8 +67,11 @@ reset: $(SETUP) ## keep your attempt under .katas/attempts/, then restore the st
 diff: $(SETUP) ## your file against the reference solution, then whether it passes: make diff KATA=name
 	@$(PYTHON) practice.py diff --kata "$(KATA)" --seed "$(SEED)"
 
-mock: $(SETUP) ## a timed mock interview in .katas/mock/: [N=3] [MINUTES=total] [SEED=n]
+mock: $(SETUP) ## a timed mock interview of bare stubs in .katas/mock/: [N=3] [MINUTES=total] [SEED=n]
 	@$(PYTHON) practice.py mock --n "$(N)" --minutes "$(MINUTES)" --seed "$(SEED)" $(ARGS)
+
+interview: $(SETUP) ## one kata from a bare stub, timed, the math graded: make interview KATA=mha [MINUTES=m]
+	@$(PYTHON) practice.py interview --kata "$(KATA)" --minutes "$(MINUTES)" --seed "$(SEED)" $(ARGS)
 
 progress: $(SETUP) ## per kata: best score, attempts, fastest mock solve, trend
 	@$(PYTHON) practice.py progress

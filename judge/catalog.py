@@ -28,6 +28,8 @@ OPTIONAL = {
     "time_limit": int,
     "test_timeout": int,
     "aliases": list,
+    "interview": str,
+    "interview_zh": str,
 }
 
 
@@ -49,6 +51,13 @@ class Kata:
     time_limit: int | None = None  # seconds for the kata's whole run, when the default is too short
     test_timeout: int | None = None  # seconds for one of its tests (a training test, say)
     aliases: list[str] = field(default_factory=list)  # names people use for it: KATA=mha works
+    interview: str = ""  # the bare task of interview mode: at most 3 lines, then its shapes (judge.bare)
+    interview_zh: str | None = None
+
+    @property
+    def shown_interview(self) -> str:
+        """The interview task in the learner's language."""
+        return pick(self.interview, self.interview_zh)
 
     @property
     def shown_title(self) -> str:

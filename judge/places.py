@@ -42,6 +42,10 @@ class Places:
     def mocks(self) -> Path:
         return self.state / "mock"
 
+    @property
+    def interviews(self) -> Path:
+        return self.state / "interview"
+
     def kata_file(self, name: str) -> Path:
         return self.katas / f"{name}.py"
 

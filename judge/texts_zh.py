@@ -109,6 +109,20 @@ ZH: dict[str, str] = {
     # judge/practice/mock.py
     "N={n}: pick from 1 to {count} katas": "N={n}：请选 1 到 {count} 道题",
     "N={n}: there are only {count} katas": "N={n}：只有 {count} 道题",
+    "Interview: {title}": "面试题：{title}",
+    "Interview {id}: {kata} in {time}": "面试 {id}：{kata}，限时 {time}",
+    "Interview {id} report: {reason} after {elapsed} of {allowed} (seed {seed})": (
+        "面试 {id} 报告：{reason}，用时 {elapsed}（限时 {allowed}，种子 {seed}）"
+    ),
+    "A bare stub, as an interview gives it: the math is graded, the conventions are listed after it.": (
+        "和真实面试一样的裸桩文件：只评数学，工程规范在判定之后列出。"
+    ),
+    "the math is right: {passed}/{total} core tests pass": "数学正确：核心测试 {passed}/{total} 通过",
+    "a production version would add (not counted in an interview; {passed} of {total} convention tests pass):": (
+        "生产级的版本还会加上（面试中不计分；规范测试 {total} 个中通过 {passed} 个）："
+    ),
+    "missed here: {names}": "这里没做到：{names}",
+    "conventions, not counted in an interview: {passed} of {total} tests pass": "工程规范（面试中不计分）：{total} 个测试中通过 {passed} 个",
     "Mock interview {id}: {katas} in {time} (seed {seed})": "模拟面试 {id}：{katas}，限时 {time}（种子 {seed}）",
     "Workspace: {folder}/   (your katas/ are not touched)": "工作目录：{folder}/   （不会改动你的 katas/）",
     "{number}. {name}  {stars}  {minutes:>3} min  {title}": "{number}. {name}  {stars}  {minutes:>3} 分钟  {title}",

@@ -335,8 +335,10 @@ def test_mock_creates_its_workspace_and_writes_its_report_with_an_injected_clock
     assert plan.folder.parent == places.mocks and sorted(p.name for p in plan.folder.glob("*.py")) == sorted(
         f"{n}.py" for n in plan.katas
     )
-    for name in plan.katas:
-        assert (plan.folder / f"{name}.py").read_text() == make_stub((ROOT / "solutions" / f"{name}.py").read_text())
+    for name in plan.katas:  # bare stubs, as an interview gives them
+        kata = next(k for k in CATALOG if k.name == name)
+        assert (plan.folder / f"{name}.py").read_text() == mock.interview_stub(kata)
+        assert "raise NotImplementedError" in mock.interview_stub(kata) and "TODO" not in mock.interview_stub(kata)
     assert plan.minutes == sum(k.minutes for k in CATALOG if k.name in plan.katas)
     listing = mock.task_list(plan, CATALOG)
     assert all(name in listing for name in plan.katas) and "min" in listing
@@ -394,6 +396,42 @@ def test_mock_ends_when_everything_passes_or_the_learner_stops(places, how):
     assert report["reason"] == how and 120 <= report["elapsed_s"] <= 122
     assert report["passed"] == (2 if how == "all pass" else 0)
     assert (plan.folder / "report.txt").exists()
+
+
+def test_an_interview_is_one_kata_from_a_bare_stub_graded_on_its_math(places):
+    """make interview KATA=name: the bare stub in .katas/interview/<stamp>/, the kata's minutes,
+    a verdict on the core tests only with the conventions listed after it, the report and history."""
+    clock, out = FakeClock(), io.StringIO()
+    kata = next(k for k in CATALOG if k.name == "multi_head_attention")
+    plan = mock.start_interview(places, kata, minutes=None, seed=3, now=clock.now())
+    assert plan.folder.parent == places.interviews and plan.katas == [kata.name] and plan.mode == "interview"
+    assert plan.minutes == kata.minutes
+    stub = (plan.folder / f"{kata.name}.py").read_text()
+    assert stub == mock.interview_stub(kata) and kata.interview.strip() in stub and "TODO" not in stub
+    assert "Interview " in mock.task_list(plan, CATALOG) and "bare stub" in mock.task_list(plan, CATALOG)
+
+    class MathOnly(FakeEngine):
+        """The math right, one convention missed."""
+
+        def grade(self, name, path, seed):
+            tiers = {"core": {"passed": 16, "total": 16}, "conventions": {"passed": 10, "total": 11}}
+            missed = {"name": "works in half precision [float16]", "tier": "conventions", "message": "..."}
+            return KataResult(name, "fail", 26 / 27, 26, 27, "1 convention missed", [missed], tiers=tiers)
+
+    clock.at = {60: lambda: (plan.folder / f"{kata.name}.py").write_text("class MultiHeadAttention: ...\n")}
+    session = mock.MockSession(plan, CATALOG, MathOnly(), places, out=out, now=clock.now, sleep=clock.sleep, interval=5)
+    report = session.run()
+    shown = out.getvalue()
+    assert report["reason"] == "all pass" and report["mode"] == "interview" and report["passed"] == 1
+    assert "multi_head_attention: pass  16/16 tests" in shown
+    assert "a production version would add (not counted in an interview; 10 of 11 convention tests pass):" in shown
+    assert "missed here: works in half precision [float16]" in shown
+    assert report_text_title(plan) in (plan.folder / "report.txt").read_text()
+    assert [r["status"] for r in history_of(places).read() if r.get("event") == "grade"] == ["pass"]
+
+
+def report_text_title(plan) -> str:
+    return f"Interview {plan.id} report: every kata passes"
 
 
 # --------------------------------------------------------------------------- history and progress
@@ -518,7 +556,9 @@ def test_bad_input_is_one_line_and_exit_2(argv, words, tmp_path):
 
 
 def test_make_lists_the_practice_targets_and_passes_bad_input_through(tmp_path):
-    inherited = {key: value for key, value in os.environ.items() if key not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "ARGS")}
+    inherited = {
+        key: value for key, value in os.environ.items() if key not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "ARGS")
+    }
     env = dict(inherited, KATAS_DIR=str(tmp_path / "katas"), KATAS_STATE=str(tmp_path / "state"))
     make = ["make", "-s", f"PYTHON={sys.executable}"]  # this Python: make never sets up a .venv here
     listed = subprocess.run([*make, "help"], cwd=ROOT, capture_output=True, text=True, env=env, check=False).stdout

@@ -5,6 +5,7 @@
     python practice.py reset    --kata NAME
     python practice.py diff     --kata NAME
     python practice.py mock     [--n 3] [--minutes M] [--seed N] [--no-timing] [--engine E]
+    python practice.py interview --kata NAME [--minutes M] [--seed N] [--no-timing] [--engine E]
     python practice.py progress
 
 Empty option values count as not given, so the Makefile can pass `--kata "$(KATA)"`
@@ -25,7 +26,7 @@ from judge.language import tr
 from judge.places import Places
 from judge.practice.diff import diff_command
 from judge.practice.hint import hint_command
-from judge.practice.mock import mock_command
+from judge.practice.mock import interview_command, mock_command
 from judge.practice.progress import progress_command
 from judge.practice.reset import reset_command
 from judge.practice.watch import POLL_SECONDS, watch_command
@@ -76,7 +77,7 @@ def positive_seconds(text: str) -> float:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = PracticeArgumentParser(
         prog="practice.py",
-        description="The practice loop: watch, hint, reset, diff, mock, progress.",
+        description="The practice loop: watch, hint, reset, diff, mock, interview, progress.",
         epilog="Learner state: .katas/ (or $KATAS_STATE); kata files: katas/ (or $KATAS_DIR).",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=PracticeArgumentParser)
@@ -124,6 +125,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     mock.add_argument("--seed", type=optional_int("SEED", 0), default=None, help="repeat a mock's choice of katas")
     engine_options(mock)
 
+    interview = commands.add_parser("interview", help="one kata from a bare stub, timed, the math graded")
+    kata_option(interview, "the kata (required)")
+    interview.add_argument(
+        "--minutes", type=optional_minutes, default=None, help="time allowed (default: the kata's suggested minutes)"
+    )
+    interview.add_argument("--seed", type=optional_int("SEED", 0), default=None)
+    engine_options(interview)
+
     commands.add_parser("progress", help="best score, attempts, mock times and trend per kata")
     args = parser.parse_args(argv)
     if args.command == "mock" and args.n is None:
@@ -131,13 +140,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-GRADING_COMMANDS = ("watch", "diff", "mock")
+GRADING_COMMANDS = ("watch", "diff", "mock", "interview")
 COMMANDS = {
     "watch": watch_command,
     "hint": hint_command,
     "reset": reset_command,
     "diff": diff_command,
     "mock": mock_command,
+    "interview": interview_command,
     "progress": progress_command,
 }
 

@@ -1,4 +1,8 @@
-"""`make mock`: a timed mock interview in a fresh workspace, with its report."""
+"""`make mock` and `make interview`: a timed interview in a fresh workspace, with its report.
+
+Both give bare stubs (judge.bare: the signatures and a few lines of task) and grade the math
+only (judge.interview), listing after each verdict the conventions a production version would
+add. `make mock` picks its katas; `make interview KATA=name` is one kata of your choice."""
 
 from __future__ import annotations
 
@@ -13,13 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from judge.bare import bare_stub
 from judge.catalog import Kata, load_catalog
 from judge.engines import ProcessEngine, default_shards, make_engine
 from judge.errors import UsageError
 from judge.history import history_of
+from judge.interview import conventions_note, core_only
 from judge.language import tr
 from judge.places import Places, read_json, shown, write_atomically
-from judge.practice.common import clock, fresh_path, stamp
+from judge.practice.common import clock, find_kata, fresh_path, stamp
 from judge.practice.watch import POLL_SECONDS, Watcher
 from judge.protocol import KataResult
 from judge.reporting import katas_counted
@@ -38,13 +44,14 @@ class MockPlan:
     started: float
     state: str = "running"  # running, then ended
     pid: int = 0
+    mode: str = "mock"  # or "interview": one kata the learner chose
 
     @property
     def deadline(self) -> float:
         return self.started + self.minutes * 60
 
     def save(self) -> None:
-        data = {k: getattr(self, k) for k in ("id", "seed", "katas", "minutes", "started", "state", "pid")}
+        data = {k: getattr(self, k) for k in ("id", "seed", "katas", "minutes", "started", "state", "pid", "mode")}
         write_atomically(self.folder / "mock.json", json.dumps(data, indent=2) + "\n")
 
     @classmethod
@@ -73,14 +80,33 @@ def process_alive(pid: int) -> bool:
 
 
 def active_mock(places: Places, now: float) -> MockPlan | None:
-    """The mock interview running now, if any: its hints count for the mock."""
-    if not places.mocks.is_dir():
-        return None
-    for folder in sorted(places.mocks.iterdir(), reverse=True):
-        plan = MockPlan.load(folder)
-        if plan and plan.state == "running" and now < plan.deadline and process_alive(plan.pid):
-            return plan
+    """The mock interview (or interview) running now, if any: its hints count for it."""
+    for where in (places.mocks, places.interviews):
+        if not where.is_dir():
+            continue
+        for folder in sorted(where.iterdir(), reverse=True):
+            plan = MockPlan.load(folder)
+            if plan and plan.state == "running" and now < plan.deadline and process_alive(plan.pid):
+                return plan
     return None
+
+
+def interview_stub(kata: Kata) -> str:
+    """The bare stub an interview hands out (the full stub where info.toml has no task for it)."""
+    stub = stub_text(kata.name)
+    if not kata.interview:
+        return stub
+    return bare_stub(stub, kata.shown_interview, title=tr("Interview: {title}", title=kata.shown_title))
+
+
+def write_workspace(where: Path, katas: list[Kata], now: float) -> Path:
+    """A fresh folder under `where` with a bare stub for each kata."""
+    where.mkdir(parents=True, exist_ok=True)
+    folder = fresh_path(where, stamp(now))
+    folder.mkdir()
+    for kata in katas:
+        (folder / f"{kata.name}.py").write_text(interview_stub(kata), encoding="utf-8")
+    return folder
 
 
 def pick_katas(catalog: list[Kata], n: int, seed: int) -> list[Kata]:
@@ -110,13 +136,18 @@ def start_mock(
 ) -> MockPlan:
     """A new workspace .katas/mock/<timestamp>/ with fresh stubs and its plan."""
     picked = pick_katas(catalog, n, seed)
-    places.mocks.mkdir(parents=True, exist_ok=True)
-    folder = fresh_path(places.mocks, stamp(now))
-    folder.mkdir()
-    for kata in picked:
-        (folder / f"{kata.name}.py").write_text(stub_text(kata.name), encoding="utf-8")
+    folder = write_workspace(places.mocks, picked, now)
     total = minutes if minutes is not None else float(sum(k.minutes for k in picked))
     plan = MockPlan(folder.name, folder, seed, [k.name for k in picked], total, now, pid=os.getpid())
+    plan.save()
+    return plan
+
+
+def start_interview(places: Places, kata: Kata, *, minutes: float | None, seed: int, now: float) -> MockPlan:
+    """A new workspace .katas/interview/<timestamp>/ with the kata's bare stub, and its plan."""
+    folder = write_workspace(places.interviews, [kata], now)
+    total = minutes if minutes is not None else float(kata.minutes)
+    plan = MockPlan(folder.name, folder, seed, [kata.name], total, now, pid=os.getpid(), mode="interview")
     plan.save()
     return plan
 
@@ -124,14 +155,18 @@ def start_mock(
 def task_list(plan: MockPlan, catalog: list[Kata]) -> str:
     by_name = {k.name: k for k in catalog}
     width = max(len(name) for name in plan.katas)
-    lines = [
-        tr(
+    if plan.mode == "interview":
+        head = tr("Interview {id}: {kata} in {time}", id=plan.id, kata=plan.katas[0], time=clock(plan.minutes * 60))
+    else:
+        head = tr(
             "Mock interview {id}: {katas} in {time} (seed {seed})",
             id=plan.id,
             katas=katas_counted(len(plan.katas)),
             time=clock(plan.minutes * 60),
             seed=plan.seed,
-        ),
+        )
+    lines = [
+        head,
         tr("Workspace: {folder}/   (your katas/ are not touched)", folder=shown(plan.folder)),
         "",
     ]
@@ -151,6 +186,7 @@ def task_list(plan: MockPlan, catalog: list[Kata]) -> str:
         lines.append(f"     {shown(plan.folder / (name + '.py'))}")
     lines += [
         "",
+        tr("A bare stub, as an interview gives it: the math is graded, the conventions are listed after it."),
         tr("Edit the files above; each save is graded. Stuck? make hint KATA=name (counted in the report)."),
         tr("It ends when every kata passes, when time is up, or at Ctrl-C."),
     ]
@@ -198,6 +234,8 @@ class MockSession:
         )
         self.watcher.before_output = self.clear_countdown
         self.watcher.on_verdict = self.note
+        stubs = {name: stub_text(name) for name in plan.katas}  # their conventions, listed after each verdict
+        self.watcher.view = lambda result: (core_only(result), conventions_note(result, stubs[result.name]))
 
     def remaining(self) -> float:
         return self.plan.deadline - self.now()
@@ -285,6 +323,7 @@ class MockSession:
         report = {
             "ts": ended,
             "event": "mock",
+            "mode": self.plan.mode,
             "mock": self.plan.id,
             "seed": self.plan.seed,
             "minutes": self.plan.minutes,
@@ -308,15 +347,19 @@ class MockSession:
 def report_text(report: dict) -> str:
     reasons = {"all pass": tr("every kata passes"), "time is up": tr("time is up"), "stopped": tr("you stopped")}
     width = max([len(k["kata"]) for k in report["katas"]] + [4])
+    facts = {
+        "id": report["mock"],
+        "reason": reasons.get(report["reason"], report["reason"]),
+        "elapsed": clock(report["elapsed_s"]),
+        "allowed": clock(report["minutes"] * 60),
+        "seed": report["seed"],
+    }
+    if report.get("mode") == "interview":
+        head = tr("Interview {id} report: {reason} after {elapsed} of {allowed} (seed {seed})", **facts)
+    else:
+        head = tr("Mock interview {id} report: {reason} after {elapsed} of {allowed} (seed {seed})", **facts)
     lines = [
-        tr(
-            "Mock interview {id} report: {reason} after {elapsed} of {allowed} (seed {seed})",
-            id=report["mock"],
-            reason=reasons.get(report["reason"], report["reason"]),
-            elapsed=clock(report["elapsed_s"]),
-            allowed=clock(report["minutes"] * 60),
-            seed=report["seed"],
-        ),
+        head,
         "",
         (
             f"{'kata':<{width}}  {'result':<7} {'score':>5}  {'passed at':>9}  {'took':>6}  {'suggested':>9}  "
@@ -349,6 +392,20 @@ def mock_command(args: argparse.Namespace, places: Places) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
     started = time.perf_counter()
     plan = start_mock(places, catalog, n=args.n, minutes=args.minutes, seed=seed, now=time.time())
+    return run_session(plan, catalog, places, args, started)
+
+
+def interview_command(args: argparse.Namespace, places: Places) -> int:
+    catalog = load_catalog()
+    kata = find_kata(catalog, args.kata, example="make interview KATA=multi_head_attention")
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
+    started = time.perf_counter()
+    plan = start_interview(places, kata, minutes=args.minutes, seed=seed, now=time.time())
+    return run_session(plan, catalog, places, args, started)
+
+
+def run_session(plan: MockPlan, catalog: list[Kata], places: Places, args: argparse.Namespace, started: float) -> int:
+    """Show the tasks, start the clock, load the judge meanwhile, and run to the report."""
     print(task_list(plan, catalog), flush=True)
     print(
         tr(

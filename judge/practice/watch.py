@@ -69,6 +69,8 @@ class Watcher:
         self.colour = colour_enabled(self.out)
         self.before_output: Callable[[], None] = lambda: None  # mock: clears its countdown line
         self.on_verdict: Callable[[KataResult], None] = lambda result: None  # mock: notes first passes
+        # what a verdict counts, and the lines shown after it (mock and interview: the math only, then the conventions)
+        self.view: Callable[[KataResult], tuple[KataResult, list[str]]] = lambda result: (result, [])
         self.latencies: list[float] = []
         self.fallback_said = False
 
@@ -108,7 +110,7 @@ class Watcher:
         path = self.path(name)
         seen = look(path)
         self.seen[name] = seen
-        result = self.engine.grade(name, path, self.seed)
+        result, notes = self.view(self.engine.grade(name, path, self.seed))
         fallback = getattr(self.engine, "fallback_reason", "")
         if fallback and not self.fallback_said:
             self.fallback_said = True
@@ -119,7 +121,8 @@ class Watcher:
             self.latencies.append(latency)
         stamp_text = datetime.fromtimestamp(self.now()).strftime("%H:%M:%S")
         self.say(
-            *verdict_block(result, label=f"[{stamp_text}] {name}", seed=self.seed, colour=self.colour, latency=latency)
+            *verdict_block(result, label=f"[{stamp_text}] {name}", seed=self.seed, colour=self.colour, latency=latency),
+            *[f"    {line}" for line in notes],
         )
         self.history.append_grade(
             result, source=self.source, seed=self.seed, sha=seen.sha if seen else None, now=self.now(), **self.extra
