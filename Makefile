@@ -3,7 +3,7 @@
 # pinned requirements. To use an interpreter you already have (say, one with a
 # CUDA build of torch), pass it: make grade PYTHON=python3
 .DEFAULT_GOAL := help
-.PHONY: help setup grade check test stubs watch hint reset diff mock interview progress
+.PHONY: help setup grade check test stubs watch hint reset diff mock interview next progress
 
 VENV        ?= .venv
 BASE_PYTHON ?= python3
@@ -73,5 +73,8 @@ mock: $(SETUP) ## a timed mock interview of bare stubs in .katas/mock/: [N=3] [M
 interview: $(SETUP) ## one kata from a bare stub, timed, the math graded: make interview KATA=mha [MINUTES=m]
 	@$(PYTHON) practice.py interview --kata "$(KATA)" --minutes "$(MINUTES)" --seed "$(SEED)" $(ARGS)
 
-progress: $(SETUP) ## per kata: best score, attempts, fastest mock solve, trend
+next: $(SETUP) ## the next kata of your path, or the review that is due
+	@$(PYTHON) practice.py next
+
+progress: $(SETUP) ## per path and kata: passed, next, reviews due; best score, attempts, trend
 	@$(PYTHON) practice.py progress

@@ -149,17 +149,33 @@ TABLE_HEADERS = {
 }
 
 
-def kata_table(katas: list[Kata], lang: str = "en") -> str:
-    """The README's kata table (README.zh-CN.md's in Chinese), made from info.toml so they never disagree."""
-    rows = [TABLE_HEADERS[lang], "|---|---|---|---|---|"]
-    for kata in katas:
-        title, reference = (
-            (kata.title_zh or kata.title, kata.reference_zh or kata.reference)
-            if lang == "zh"
-            else (kata.title, kata.reference)
-        )
-        rows.append(f"| `{kata.name}` | {title} | {kata.stars} | {kata.minutes} | {reference} |")
-    return "\n".join(rows)
+SEE_ABOVE = {"en": "(see above)", "zh": "（见上文）"}
+
+
+def kata_table(katas: list[Kata], lang: str = "en", paths: list | None = None) -> str:
+    """The README's kata tables (README.zh-CN.md's in Chinese), made from info.toml so they never
+    disagree: one per learning path (judge.learning), in its order, under the path's title; a
+    kata met in an earlier path says so instead of repeating what it is judged against. No
+    paths: one table in the order of play."""
+    by_name = {kata.name: kata for kata in katas}
+    groups = [(None, katas)] if not paths else [(p, [by_name[n] for n in p.katas]) for p in paths]
+    seen: set[str] = set()
+    parts = []
+    for path, members in groups:
+        rows = [TABLE_HEADERS[lang], "|---|---|---|---|---|"]
+        for kata in members:
+            title, reference = (
+                (kata.title_zh or kata.title, kata.reference_zh or kata.reference)
+                if lang == "zh"
+                else (kata.title, kata.reference)
+            )
+            if kata.name in seen:
+                reference = SEE_ABOVE[lang]
+            seen.add(kata.name)
+            rows.append(f"| `{kata.name}` | {title} | {kata.stars} | {kata.minutes} | {reference} |")
+        heading = [] if path is None else [f"### {(path.title_zh or path.title) if lang == 'zh' else path.title}", ""]
+        parts.append("\n".join(heading + rows))
+    return "\n\n".join(parts)
 
 
 def resolve_kata(text: str, names: list[str], aliases: dict[str, str] | None = None) -> str:

@@ -26,6 +26,7 @@ from judge.environment import require_grading_dependencies
 from judge.errors import UsageError
 from judge.history import record_check
 from judge.language import tr
+from judge.learning import load_paths
 from judge.limits import DEFAULT, Limits
 from judge.paths import KATAS, ROOT
 from judge.protocol import KataResult
@@ -220,7 +221,8 @@ def table_command(argv: list[str]) -> int:
     parser = KataArgumentParser(prog="grader.py table", description="Print the README's kata table.")
     parser.add_argument("--lang", choices=("en", "zh"), default="en", help="zh: README.zh-CN.md's, in Chinese")
     args = parser.parse_args(argv)
-    print(kata_table(load_catalog(), args.lang))
+    catalog = load_catalog()
+    print(kata_table(catalog, args.lang, load_paths(catalog)))
     return 0
 
 

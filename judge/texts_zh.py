@@ -109,6 +109,18 @@ ZH: dict[str, str] = {
     # judge/practice/mock.py
     "N={n}: pick from 1 to {count} katas": "N={n}：请选 1 到 {count} 道题",
     "N={n}: there are only {count} katas": "N={n}：只有 {count} 道题",
+    "Next: a review of {kata} (due since {due}): redo it from a bare stub, against the clock: "
+    "make interview KATA={kata}": "下一步：复习 {kata}（{due} 起到期）：对着裸桩文件限时重做：make interview KATA={kata}",
+    "Next in {path}: {kata} ({title}): fill in katas/{kata}.py, with make watch KATA={kata} running": (
+        "下一步（{path}）：{kata}（{title}）：补全 katas/{kata}.py，同时运行 make watch KATA={kata}"
+    ),
+    "Every kata passes. The next review falls due on {due} (make next then).": (
+        "所有题目都已通过。下一次复习在 {due} 到期（到时运行 make next）。"
+    ),
+    "Every kata passes and every review is done.": "所有题目都已通过，所有复习也都完成了。",
+    "{title}  {passed}/{total} passed": "{title}  已通过 {passed}/{total}",
+    "next: {kata}": "下一题：{kata}",
+    "reviews due: {katas}": "待复习：{katas}",
     "Interview: {title}": "面试题：{title}",
     "Interview {id}: {kata} in {time}": "面试 {id}：{kata}，限时 {time}",
     "Interview {id} report: {reason} after {elapsed} of {allowed} (seed {seed})": (

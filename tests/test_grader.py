@@ -11,6 +11,7 @@ import pytest
 
 from judge.catalog import kata_names, kata_table, load_catalog
 from judge.engines import ProcessEngine
+from judge.learning import load_paths
 from judge.limits import Limits
 from judge.paths import ROOT, spec_module
 from judge.protocol import KataResult, Status
@@ -163,7 +164,7 @@ def test_readme_kata_table_matches_info_toml(readme, lang):
     text = (ROOT / readme).read_text(encoding="utf-8")
     start, end = text.index("<!-- kata-table"), text.index("<!-- /kata-table -->")
     shown = text[start:end].split("\n", 1)[1].strip()
-    assert shown == kata_table(load_catalog(), lang), (
+    assert shown == kata_table(load_catalog(), lang, load_paths(load_catalog())), (
         f"{readme}'s kata table is out of date: paste the output of `python grader.py table --lang {lang}`"
     )
 

@@ -7,6 +7,7 @@
     python practice.py mock     [--n 3] [--minutes M] [--seed N] [--no-timing] [--engine E]
     python practice.py interview --kata NAME [--minutes M] [--seed N] [--no-timing] [--engine E]
     python practice.py progress
+    python practice.py next
 
 Empty option values count as not given, so the Makefile can pass `--kata "$(KATA)"`
 whether KATA is set or not. Exit status: 0 on success (a mock that ran to its report is a
@@ -27,6 +28,7 @@ from judge.places import Places
 from judge.practice.diff import diff_command
 from judge.practice.hint import hint_command
 from judge.practice.mock import interview_command, mock_command
+from judge.practice.next import next_command
 from judge.practice.progress import progress_command
 from judge.practice.reset import reset_command
 from judge.practice.watch import POLL_SECONDS, watch_command
@@ -77,7 +79,7 @@ def positive_seconds(text: str) -> float:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = PracticeArgumentParser(
         prog="practice.py",
-        description="The practice loop: watch, hint, reset, diff, mock, interview, progress.",
+        description="The practice loop: watch, hint, reset, diff, mock, interview, next, progress.",
         epilog="Learner state: .katas/ (or $KATAS_STATE); kata files: katas/ (or $KATAS_DIR).",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=PracticeArgumentParser)
@@ -133,6 +135,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     interview.add_argument("--seed", type=optional_int("SEED", 0), default=None)
     engine_options(interview)
 
+    commands.add_parser("next", help="the next kata of your path, or the review that is due")
     commands.add_parser("progress", help="best score, attempts, mock times and trend per kata")
     args = parser.parse_args(argv)
     if args.command == "mock" and args.n is None:
@@ -149,6 +152,7 @@ COMMANDS = {
     "mock": mock_command,
     "interview": interview_command,
     "progress": progress_command,
+    "next": next_command,
 }
 
 

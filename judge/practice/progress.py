@@ -1,9 +1,12 @@
-"""`make progress`: per kata the best score, attempts, hints, fastest mock solve and trend."""
+"""`make progress`: per path the katas passed, the next one and the reviews due (judge.learning);
+per kata the best score, attempts, hints, fastest mock solve and trend. An untouched stub is
+no attempt."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import TextIO
@@ -11,6 +14,7 @@ from typing import TextIO
 from judge.catalog import Kata, load_catalog
 from judge.history import history_of
 from judge.language import tr
+from judge.learning import LearningPath, load_paths, path_summary, standings
 from judge.places import Places, read_json, shown
 from judge.practice.common import clock
 
@@ -31,9 +35,15 @@ def sparkline(scores: list[float]) -> str:
 def progress_rows(records: list[dict], catalog: list[Kata], hints: dict[str, int]) -> list[dict]:
     rows = []
     for kata in catalog:
-        # Your katas/ files only: a mock's files are fresh stubs in a folder of their own.
+        # Your katas/ files only (a mock's files are fresh stubs in a folder of their own), and
+        # not the untouched stub: grading it is no attempt.
         grades = [
-            r for r in records if r.get("event") == "grade" and r.get("kata") == kata.name and r.get("source") != "mock"
+            r
+            for r in records
+            if r.get("event") == "grade"
+            and r.get("kata") == kata.name
+            and r.get("source") != "mock"
+            and r.get("status") != "todo"
         ]
         solves = [
             k.get("solve_s")
@@ -59,7 +69,30 @@ def progress_rows(records: list[dict], catalog: list[Kata], hints: dict[str, int
     return rows
 
 
-def progress_text(records: list[dict], catalog: list[Kata], hints: dict[str, int], history_path: Path) -> str:
+def path_lines(records: list[dict], catalog: list[Kata], paths: list[LearningPath], now: float) -> list[str]:
+    """A line per path: katas passed, the next one, the reviews due."""
+    found = standings(records, [kata.name for kata in catalog])
+    width = max([len(p.shown_title) for p in paths] + [4])
+    lines = []
+    for path in paths:
+        summary = path_summary(path, found, now)
+        line = tr("{title}  {passed}/{total} passed", title=f"{path.shown_title:<{width}}", **summary)
+        if summary["next"]:
+            line += "   " + tr("next: {kata}", kata=summary["next"])
+        if summary["reviews"]:
+            line += "   " + tr("reviews due: {katas}", katas=", ".join(summary["reviews"]))
+        lines.append(line)
+    return lines
+
+
+def progress_text(
+    records: list[dict],
+    catalog: list[Kata],
+    hints: dict[str, int],
+    history_path: Path,
+    paths: list[LearningPath] = (),
+    now: float | None = None,
+) -> str:
     if not records:
         return tr(
             "No history yet ({path}). Grades from make watch, make check, make diff and make mock are recorded there.",
@@ -70,6 +103,10 @@ def progress_text(records: list[dict], catalog: list[Kata], hints: dict[str, int
     lines = [
         tr("Progress from {path} ({count} records)", path=shown(history_path), count=len(records)),
         "",
+    ]
+    if paths:
+        lines += [*path_lines(records, catalog, paths, time.time() if now is None else now), ""]
+    lines += [
         f"{'kata':<{width}}  {'best':>5}  {'attempts':>8}  {'last':<9} {'hints':>5}  {'fastest mock':>12}  trend",
     ]
     for r in rows:
@@ -113,7 +150,8 @@ def progress_text(records: list[dict], catalog: list[Kata], hints: dict[str, int
 def progress_command(args: argparse.Namespace, places: Places, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     catalog = load_catalog()
-    print(progress_text(history_of(places).read(), catalog, hints_used(places), places.history_file), file=out)
+    paths = load_paths(catalog)
+    print(progress_text(history_of(places).read(), catalog, hints_used(places), places.history_file, paths), file=out)
     return 0
 
 
