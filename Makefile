@@ -55,8 +55,8 @@ stubs: $(SETUP) ## (maintainers) regenerate katas/ from solutions/ where the stu
 	@$(PYTHON) grader.py stubs --write
 
 # The practice loop (practice.py). Empty variables mean "not given".
-watch: $(SETUP) ## re-grade each kata you save, within a second (KATA=name: only that one)
-	@$(PYTHON) practice.py watch --kata "$(KATA)" --seed "$(SEED)" $(ARGS)
+watch: $(SETUP) ## re-grade each kata you save, within a second (KATA=name: only that one; NEXT=1: follow your path)
+	@$(PYTHON) practice.py watch --kata "$(KATA)" --seed "$(SEED)" $(if $(NEXT),--next) $(ARGS)
 
 hint: $(SETUP) ## one more hint each time: make hint KATA=causal_mask
 	@$(PYTHON) practice.py hint --kata "$(KATA)"

@@ -121,6 +121,10 @@ ZH: dict[str, str] = {
     "{title}  {passed}/{total} passed": "{title}  已通过 {passed}/{total}",
     "next: {kata}": "下一题：{kata}",
     "reviews due: {katas}": "待复习：{katas}",
+    "Every kata of your paths passes: make next says when a review is due.": (
+        "你的学习路线上的题目都已通过：make next 会告诉你何时该复习。"
+    ),
+    "Next: {kata}: {path}": "下一题：{kata}：{path}",
     "Interview: {title}": "面试题：{title}",
     "Interview {id}: {kata} in {time}": "面试 {id}：{kata}，限时 {time}",
     "Interview {id} report: {reason} after {elapsed} of {allowed} (seed {seed})": (

@@ -110,3 +110,26 @@ def test_progress_shows_each_path_and_counts_no_untouched_stub(tmp_path):
 def test_a_path_title_is_shown_in_the_learners_language(monkeypatch):
     monkeypatch.setenv("KATAS_LANG", "zh")
     assert LearningPath("p", "The path", ["causal_mask"], "路径").shown_title == "路径"
+
+
+def test_watch_next_moves_on_to_the_next_kata_of_the_path_after_a_pass(tmp_path):
+    """make watch NEXT=1: the path's next kata is watched, and graded at once."""
+    from judge.practice.watch import Watcher, move_on, next_on_path
+    from judge.protocol import KataResult, Status
+
+    class Engine:
+        def grade(self, name, path, seed):
+            return KataResult(name, Status.TODO, 0.0, 0, 3, "not started")
+
+    places = Places(tmp_path / "katas", tmp_path / "state")
+    places.katas.mkdir()
+    (places.katas / "padding_mask.py").write_text("raise NotImplementedError\n")
+    History(places.history_file).append(grade("positional_encoding", "pass", T0))
+    assert next_on_path(CATALOG, places) == "padding_mask"
+    out = io.StringIO()
+    watcher = Watcher(
+        Engine(), places.katas, ["positional_encoding"], seed=1, history=History(places.history_file), out=out
+    )
+    move_on(watcher, CATALOG, places)
+    assert watcher.names == ["padding_mask"]
+    assert "Next: padding_mask: " in out.getvalue() and "padding_mask: todo  0/3 tests" in out.getvalue()

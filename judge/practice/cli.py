@@ -102,6 +102,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
     watch = commands.add_parser("watch", help="re-grade each kata you save")
     kata_option(watch, "watch only this kata (default: all of them)")
+    watch.add_argument(
+        "--next", action="store_true", help="follow your path: after a pass, watch its next kata (judge.learning)"
+    )
     watch.add_argument("--seed", type=optional_int("SEED", 0), default=None)
     engine_options(watch)
 

@@ -12,11 +12,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
-from judge.catalog import load_catalog
+from judge.catalog import Kata, load_catalog
 from judge.engines import ProcessEngine, default_shards, make_engine
 from judge.errors import UsageError
 from judge.history import History, history_of
 from judge.language import tr
+from judge.learning import load_paths, standings
 from judge.places import Places, fingerprint, shown
 from judge.practice.common import colour_enabled, find_kata, verdict_block
 from judge.protocol import KataResult
@@ -147,8 +148,28 @@ class Watcher:
             sleep(interval)
 
 
+def next_on_path(catalog: list[Kata], places: Places) -> str | None:
+    """The next kata of the learner's path not yet passed (judge.learning), None when all are."""
+    found = standings(history_of(places).read(), [kata.name for kata in catalog])
+    return next((name for path in load_paths(catalog) for name in path.katas if found[name].passed_at is None), None)
+
+
+def move_on(watcher: Watcher, catalog: list[Kata], places: Places) -> None:
+    """make watch NEXT=1: after a pass, watch the next kata of the path (its verdict at once)."""
+    name = next_on_path(catalog, places)
+    if name is None:
+        watcher.say(tr("Every kata of your paths passes: make next says when a review is due."))
+        return
+    watcher.names = [name]
+    watcher.say(tr("Next: {kata}: {path}", kata=name, path=shown(watcher.path(name))))
+    if watcher.path(name).exists():
+        watcher.grade(name)
+
+
 def watch_command(args: argparse.Namespace, places: Places) -> int:
     catalog = load_catalog()
+    if args.next and not args.kata:
+        args.kata = next_on_path(catalog, places) or catalog[0].name
     names = [find_kata(catalog, args.kata, example="").name] if args.kata else [k.name for k in catalog]
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
     if not places.katas.is_dir():
@@ -173,7 +194,11 @@ def watch_command(args: argparse.Namespace, places: Places) -> int:
         )
         if args.kata and watcher.path(names[0]).exists():
             watcher.grade(names[0])
-        watcher.run(interval=args.interval)
+        while True:
+            for result in watcher.poll():
+                if args.next and result.status == "pass" and result.name == watcher.names[0]:
+                    move_on(watcher, catalog, places)
+            time.sleep(args.interval)
     except KeyboardInterrupt:
         pass
     finally:
