@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import unicodedata
 from pathlib import Path
 
 from judge.language import language, tr, tr_data
@@ -18,6 +19,27 @@ COLOURS = {
     Status.CRASH: "35",
     Status.FORBIDDEN: "31",
 }
+
+
+def status_word(status: Status | str) -> str:
+    """A verdict's word in the learner's language (the data, JSON included, keeps the English one)."""
+    words = {
+        Status.PASS: tr("pass"),
+        Status.FAIL: tr("fail"),
+        Status.TODO: tr("todo"),
+        Status.ERROR: tr("error"),
+        Status.TIMEOUT: tr("timeout"),
+        Status.CRASH: tr("crash"),
+        Status.FORBIDDEN: tr("forbidden"),
+    }
+    return words.get(Status(status), str(status))
+
+
+def padded(text: str, width: int, *, right: bool = False) -> str:
+    """`text` padded to `width` terminal columns (a Chinese character takes two)."""
+    columns = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+    space = " " * max(0, width - columns)
+    return space + text if right else text + space
 
 
 def paint(text: str, status: Status, enabled: bool) -> str:
@@ -113,7 +135,7 @@ def details(r: KataResult) -> list[str]:
     note = printed_line(r)
     if r.status in (Status.PASS, Status.TODO):
         return [f"{r.name}: {note}"] if note else []
-    lines = [f"{r.name}: {r.status}: {r.message}"]
+    lines = [f"{r.name}: {status_word(r.status)}: {r.message}"]
     lines += [f"    {shown_diagnosis(line)}" for line in r.diagnosis]
     if note:
         lines.append(f"    {note}")
@@ -128,12 +150,14 @@ def details(r: KataResult) -> list[str]:
 
 def head(*, impl: str, seed: int, width: int) -> list[str]:
     """The lines above the verdicts: what is graded, and the columns."""
-    return [tr("Grading {impl} (seed {seed})", impl=impl, seed=seed), "", f"{'kata':<{width}}  {'status':<9} {'score':>5}  {'tests':>7}"]
+    columns = f"{padded(tr('kata'), width)}  {padded(tr('status'), 9)} {padded(tr('score'), 5, right=True)}  "
+    columns += padded(tr("tests"), 7, right=True)
+    return [tr("Grading {impl} (seed {seed})", impl=impl, seed=seed), "", columns]
 
 
 def row(r: KataResult, *, width: int, colour: bool) -> str:
     """A kata's verdict on one line, as soon as it is known."""
-    status = paint(f"{r.status:<9}", r.status, colour)
+    status = paint(padded(status_word(r.status), 9), r.status, colour)
     return f"{r.name:<{width}}  {status} {r.score:>5.0%}  {r.passed:>3}/{r.total:<3}".rstrip()
 
 

@@ -91,7 +91,7 @@ ZH: dict[str, str] = {
         "No hints left for {name}: all {count} are below{where}. Next step: "
         "make diff KATA={name} compares your file with the reference."
     ): "{name} 没有更多提示了：全部 {count} 条都在下面{where}。下一步：make diff KATA={name} 会把你的文件与参考解对比。",
-    "Hint {count} of {total} for {name} ({title}){where}:": "{name}（{title}）的第 {count} 条提示，共 {total} 条{where}：",
+    "Hint {count} of {total} for {name} ({title}){where}:": "{name}「{title}」的第 {count} 条提示，共 {total} 条{where}：",
     "({left} more: make hint KATA={name})": "（还有 {left} 条：make hint KATA={name}）",
     "(that was the last hint)": "（这是最后一条提示）",
     # judge/practice/reset.py
@@ -112,7 +112,7 @@ ZH: dict[str, str] = {
     "Next: a review of {kata} (due since {due}): redo it from a bare stub, against the clock: "
     "make interview KATA={kata}": "下一步：复习 {kata}（{due} 起到期）：对着裸桩文件限时重做：make interview KATA={kata}",
     "Next in {path}: {kata} ({title}): fill in katas/{kata}.py, with make watch KATA={kata} running": (
-        "下一步（{path}）：{kata}（{title}）：补全 katas/{kata}.py，同时运行 make watch KATA={kata}"
+        "下一步（{path}）：{kata}「{title}」：补全 katas/{kata}.py，同时运行 make watch KATA={kata}"
     ),
     "Every kata passes. The next review falls due on {due} (make next then).": (
         "所有题目都已通过。下一次复习在 {due} 到期（到时运行 make next）。"
@@ -125,6 +125,17 @@ ZH: dict[str, str] = {
         "你的学习路线上的题目都已通过：make next 会告诉你何时该复习。"
     ),
     "Next: {kata}: {path}": "下一题：{kata}：{path}",
+    "pass": "通过",
+    "fail": "未通过",
+    "todo": "未开始",
+    "error": "出错",
+    "timeout": "超时",
+    "crash": "崩溃",
+    "forbidden": "违规调用",
+    "kata": "题目",
+    "status": "状态",
+    "score": "得分",
+    "tests": "测试",
     "Interview: {title}": "面试题：{title}",
     "Interview {id}: {kata} in {time}": "面试 {id}：{kata}，限时 {time}",
     "Interview {id} report: {reason} after {elapsed} of {allowed} (seed {seed})": (

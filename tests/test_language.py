@@ -6,6 +6,7 @@ import argparse
 import ast
 import io
 import string
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -142,8 +143,15 @@ def test_the_table_speaks_chinese_and_keeps_its_columns_and_commands(chinese):
     assert "下一步：修改 katas/causal_mask.py（见上文），然后运行 make check KATA=causal_mask" in text
     assert "卡住了？make hint KATA=causal_mask" in text
     assert "    看起来像：A slip." in text.splitlines()
-    header = next(line for line in text.splitlines() if line.startswith("kata "))
-    assert "status" in header and "score" in header  # the columns stay aligned: their headers stay English
+    header = next(line for line in text.splitlines() if line.startswith("题目 "))
+    row = next(line for line in text.splitlines() if line.startswith("causal_mask "))
+    assert "状态" in header and "得分" in header and "未通过" in row  # the status words in Chinese too
+
+    def column(line: str, word: str) -> int:  # where `word` starts, in terminal columns (a Chinese character: 2)
+        before = line[: line.index(word)]
+        return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in before)
+
+    assert column(header, "状态") == column(row, "未通过")  # the columns stay aligned
 
 
 def test_the_table_speaks_english(english):
@@ -182,7 +190,7 @@ def watch_block(latency: float | None = 0.4) -> str:
 
 def test_a_watch_verdict_speaks_chinese(chinese):
     text = watch_block()
-    assert text.startswith("causal_mask: fail  2/4 个测试通过  （保存后 0.4 秒出判定）")
+    assert text.startswith("causal_mask: 未通过  2/4 个测试通过  （保存后 0.4 秒出判定）")
     assert "    第一个失败的检查：matches the reference: causal_mask(5) returned a wrong mask" in text
     assert "    看起来像：A slip." in text
     assert "    （隐藏形状来自种子 7：重启之前保持不变）" in text
@@ -223,7 +231,7 @@ def ask_hint(tmp_path: Path) -> str:
 
 def test_a_hint_shows_the_chinese_title_and_hint(chinese, a_catalog, tmp_path):
     first = ask_hint(tmp_path)
-    assert "causal_mask（因果（后续）掩码）的第 1 条提示，共 3 条：" in first
+    assert "causal_mask「因果（后续）掩码」的第 1 条提示，共 3 条：" in first
     assert "  1. 看看 torch.triu。" in first and "（还有 2 条：make hint KATA=causal_mask）" in first
     ask_hint(tmp_path)
     assert "（这是最后一条提示）" in ask_hint(tmp_path)

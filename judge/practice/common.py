@@ -11,7 +11,7 @@ from judge.catalog import Kata, kata_aliases, resolve_kata
 from judge.errors import UsageError
 from judge.language import tr
 from judge.protocol import KataResult
-from judge.reporting import paint, printed_line, shown_diagnosis, unjudged_lines
+from judge.reporting import paint, printed_line, shown_diagnosis, status_word, unjudged_lines
 
 
 def stamp(moment: float) -> str:
@@ -63,7 +63,7 @@ def first_failure(result: KataResult, width: int = 600) -> str:
 
 
 def verdict_block(result: KataResult, *, label: str, seed: int, colour: bool, latency: float | None) -> list[str]:
-    status = paint(result.status, result.status, colour)
+    status = paint(status_word(result.status), result.status, colour)
     head = tr(
         "{label}: {status}  {passed}/{total} tests",
         label=label,

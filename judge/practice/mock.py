@@ -28,7 +28,7 @@ from judge.places import Places, read_json, shown, write_atomically
 from judge.practice.common import clock, find_kata, fresh_path, stamp
 from judge.practice.watch import POLL_SECONDS, Watcher
 from judge.protocol import KataResult
-from judge.reporting import katas_counted
+from judge.reporting import katas_counted, padded, status_word
 from judge.stubs import stub_text
 
 
@@ -369,7 +369,7 @@ def report_text(report: dict) -> str:
     for k in report["katas"]:
         ratio = "-" if k["vs_suggested"] is None else f"{k['vs_suggested']:.2f}x"
         lines.append(
-            f"{k['kata']:<{width}}  {k['status']:<7} {k['best_score']:>5.0%}  {clock(k['first_pass_s']):>9}  "
+            f"{k['kata']:<{width}}  {padded(status_word(k['status']), 7)} {k['best_score']:>5.0%}  {clock(k['first_pass_s']):>9}  "
             f"{clock(k['solve_s']):>6}  {k['suggested_minutes']:>5} min  {ratio:>5}  {k['hints']}"
         )
     lines += [
