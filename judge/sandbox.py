@@ -12,7 +12,7 @@ where the machine has what it needs, the others named by `walls()`).
   process's memory, no io_uring, no new namespace, signals only to itself;
 - rlimits: no core dump, a bounded number of open files (memory and file size are the
   judging process's, inherited).
-`enclose` never raises: a wall the platform refuses is skipped, and the README lists the
+`enclose` never raises: a wall the platform refuses is skipped, and the guide (docs/guide.md) lists the
 guarantees that then do not hold.
 """
 
@@ -261,6 +261,6 @@ def probe() -> dict[str, str]:
     return json.loads(found or b"{}")
 
 
-if __name__ == "__main__":  # python -m judge.sandbox: what the README's guarantees rest on, here
+if __name__ == "__main__":  # python -m judge.sandbox: what the guide's guarantees rest on, here
     for wall, state in probe().items():
         print(f"{wall:13} {'up' if state == 'up' else 'DOWN: ' + state:40} {WHAT_EACH_WALL_GUARANTEES[wall]}")

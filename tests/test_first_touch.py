@@ -236,11 +236,20 @@ def readme_shape(name: str) -> dict:
     }
 
 
-def test_the_chinese_readme_has_the_english_ones_structure():
-    """Issue 15, friction 11: the same sections, commands, examples and katas in both languages."""
-    english, chinese = readme_shape("README.md"), readme_shape("README.zh-CN.md")
-    for what in english:
-        assert chinese[what] == english[what], f"README.zh-CN.md drifted from README.md: {what}"
+@pytest.mark.parametrize(("english", "chinese"), [("README.md", "README.zh-CN.md"), ("docs/guide.md", "docs/guide.zh-CN.md")])
+def test_the_chinese_readme_has_the_english_ones_structure(english, chinese):
+    """Issue 15, friction 11: the same sections, commands, examples and katas in both languages
+    (the README, and the guide it points to)."""
+    shapes = readme_shape(english), readme_shape(chinese)
+    for what in shapes[0]:
+        assert shapes[1][what] == shapes[0][what], f"{chinese} drifted from {english}: {what}"
+
+
+@pytest.mark.parametrize("name", ["README.md", "README.zh-CN.md"])
+def test_the_readme_is_read_in_five_minutes(name):
+    """Issue 22: at most 200 lines; the guide (docs/) holds the rest, and the README links to it."""
+    text = (ROOT / name).read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 200 and "docs/guide" in text
 
 
 def test_one_kata_is_counted_in_the_singular():

@@ -17,7 +17,7 @@ its arguments and its result comes back as data; called with any other implement
 runs here, also on copies, so it behaves the same. Both start from the same random seed,
 so a scenario that draws (dropout, sampling) draws the same numbers wherever it runs.
 The judging process builds every reference, compares and decides: no object of the
-kata's ever crosses, and what a scenario returns is the kata's word (see README, "What
+kata's ever crosses, and what a scenario returns is the kata's word (see docs/guide.md, "What
 the judge guarantees").
 """
 
