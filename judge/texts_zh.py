@@ -136,6 +136,31 @@ ZH: dict[str, str] = {
     "status": "状态",
     "score": "得分",
     "tests": "测试",
+    "{call} returned {what} of type {kind}, expected a tensor: {value}": (
+        "{call} 返回的 {what} 类型是 {kind}，应为张量：{value}"
+    ),
+    "{call} returned {what} of shape {got}, expected {want}": "{call} 返回的 {what} 形状是 {got}，应为 {want}",
+    "{call} returned {what} of dtype {got}, expected {want}": "{call} 返回的 {what} dtype 是 {got}，应为 {want}",
+    "{call} returned {what} on device {got}, expected {want}": "{call} 返回的 {what} 在设备 {got} 上，应在 {want} 上",
+    "{call} returned {what} with {name} at index {where} ({count} of {total} elements); expected {want}": (
+        "{call} 返回的 {what} 在下标 {where} 处是 {name}（{total} 个元素中有 {count} 个）；期望值为 {want}"
+    ),
+    "{call} returned wrong {what}: {count} of {total} elements are off; the worst is at index {worst}: "
+    "got {got}, expected {want}, off by {off} (allowed: {atol} + {rtol} * |expected|)": (
+        "{call} 返回的 {what} 不对：{total} 个元素中有 {count} 个超出容差；最差的在下标 {worst}："
+        "得到 {got}，期望 {want}，相差 {off}（允许：{atol} + {rtol} * |期望值|）"
+    ),
+    "{call} returned a wrong {what}: it differs at {count} of {total} positions; "
+    "first at index {where}: got {got}, expected {want}": (
+        "{call} 返回的 {what} 不对：{total} 个位置中有 {count} 个不同；第一个在下标 {where}：得到 {got}，期望 {want}"
+    ),
+    "  got (1 = True):": "  得到（1 = True）：",
+    "  expected:": "  期望：",
+    "{call} modified its `{name}` argument in place; work on a copy or an out-of-place op": (
+        "{call} 原地修改了参数 `{name}`；请在副本上操作，或使用非原地运算"
+    ),
+    "edge case '{desc}' ({sizes})": "边界用例 '{desc}'（{sizes}）",
+    "hidden case '{desc}' ({sizes})": "隐藏用例 '{desc}'（{sizes}）",
     "Interview: {title}": "面试题：{title}",
     "Interview {id}: {kata} in {time}": "面试 {id}：{kata}，限时 {time}",
     "Interview {id} report: {reason} after {elapsed} of {allowed} (seed {seed})": (

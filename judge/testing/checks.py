@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from judge.language import tr
 from judge.testing.tolerances import SINGLE_OP
 
 MESSAGE_LIMIT = 600  # characters of a value's repr kept in a failure message
@@ -52,13 +53,39 @@ def check_tensor_kind(actual, expected: torch.Tensor, *, call: str, what: str) -
         return Mismatch(message, what=what, actual=actual, expected=expected, kind_only=True)
 
     if not isinstance(actual, torch.Tensor):
-        raise mismatch(f"{call} returned {what} of type {type(actual).__name__}, expected a tensor: {_short(actual)}")
+        kind = type(actual).__name__
+        raise mismatch(
+            tr(
+                "{call} returned {what} of type {kind}, expected a tensor: {value}",
+                call=call,
+                what=what,
+                kind=kind,
+                value=_short(actual),
+            )
+        )
+    facts = {"call": call, "what": what}
     if actual.shape != expected.shape:
-        raise mismatch(f"{call} returned {what} of shape {list(actual.shape)}, expected {list(expected.shape)}")
+        raise mismatch(
+            tr(
+                "{call} returned {what} of shape {got}, expected {want}",
+                **facts,
+                got=list(actual.shape),
+                want=list(expected.shape),
+            )
+        )
     if actual.dtype != expected.dtype:
-        raise mismatch(f"{call} returned {what} of dtype {actual.dtype}, expected {expected.dtype}")
+        raise mismatch(
+            tr("{call} returned {what} of dtype {got}, expected {want}", **facts, got=actual.dtype, want=expected.dtype)
+        )
     if actual.device != expected.device:
-        raise mismatch(f"{call} returned {what} on device {actual.device}, expected {expected.device}")
+        raise mismatch(
+            tr(
+                "{call} returned {what} on device {got}, expected {want}",
+                **facts,
+                got=actual.device,
+                want=expected.device,
+            )
+        )
 
 
 def _index(flat_index: int, shape) -> tuple:
@@ -102,8 +129,16 @@ def _compare(actual, expected: torch.Tensor, *, call: str, what: str, tolerance:
         if wrong.any():
             where = _index(int(wrong.flatten().nonzero()[0]), got.shape)
             raise mismatch(
-                f"{call} returned {what} with {name} at index {where} "
-                f"({int(wrong.sum())} of {wrong.numel()} elements); expected {want[where].item() + 0.0:.6g}"
+                tr(
+                    "{call} returned {what} with {name} at index {where} ({count} of {total} elements); expected {want}",
+                    call=call,
+                    what=what,
+                    name=name,
+                    where=where,
+                    count=int(wrong.sum()),
+                    total=wrong.numel(),
+                    want=f"{want[where].item() + 0.0:.6g}",
+                )
             )
 
     def message(_default: str) -> str:
@@ -113,10 +148,19 @@ def _compare(actual, expected: torch.Tensor, *, call: str, what: str, tolerance:
         worst = _index(int(excess.flatten().argmax()), got.shape)
         off = ~torch.isclose(got, want, **tolerance)
         shown_got, shown_want = distinct(got[worst].item(), want[worst].item())
-        return (
-            f"{call} returned wrong {what}: {int(off.sum())} of {off.numel()} "
-            f"elements are off; the worst is at index {worst}: got {shown_got}, expected {shown_want}, "
-            f"off by {diff[worst].item():.3g} (allowed: {tolerance['atol']:g} + {tolerance['rtol']:g} * |expected|)"
+        return tr(
+            "{call} returned wrong {what}: {count} of {total} elements are off; the worst is at index {worst}: "
+            "got {got}, expected {want}, off by {off} (allowed: {atol} + {rtol} * |expected|)",
+            call=call,
+            what=what,
+            count=int(off.sum()),
+            total=off.numel(),
+            worst=worst,
+            got=shown_got,
+            want=shown_want,
+            off=f"{diff[worst].item():.3g}",
+            atol=f"{tolerance['atol']:g}",
+            rtol=f"{tolerance['rtol']:g}",
         )
 
     try:
@@ -146,12 +190,20 @@ def assert_equal_mask(actual, expected: torch.Tensor, *, call: str, what: str = 
     wrong = actual.cpu() != expected.cpu()
     if wrong.any():
         where = _index(int(wrong.flatten().nonzero()[0]), expected.shape)
-        text = (
-            f"{call} returned a wrong {what}: it differs at {int(wrong.sum())} of {wrong.numel()} positions; "
-            f"first at index {where}: got {bool(actual[where])}, expected {bool(expected[where])}"
+        text = tr(
+            "{call} returned a wrong {what}: it differs at {count} of {total} positions; "
+            "first at index {where}: got {got}, expected {want}",
+            call=call,
+            what=what,
+            count=int(wrong.sum()),
+            total=wrong.numel(),
+            where=where,
+            got=bool(actual[where]),
+            want=bool(expected[where]),
         )
         if expected.dim() == 2 and expected.shape[0] <= 8 and expected.shape[1] <= 12:
-            text += f"\n  got (1 = True):\n{_grid(actual.cpu())}\n  expected:\n{_grid(expected.cpu())}"
+            got, want = tr("  got (1 = True):"), tr("  expected:")
+            text += f"\n{got}\n{_grid(actual.cpu())}\n{want}\n{_grid(expected.cpu())}"
         raise Mismatch(text, what=what, actual=actual, expected=expected)
 
 
@@ -174,7 +226,13 @@ def call_and_check_inputs(fn, call: str, **inputs):
 def assert_not_modified(name: str, argument: torch.Tensor, snapshot: torch.Tensor, *, call: str) -> None:
     """Inputs belong to the caller: a kata must not change them in place."""
     if not torch.equal(argument, snapshot):
-        raise AssertionError(f"{call} modified its `{name}` argument in place; work on a copy or an out-of-place op")
+        raise AssertionError(
+            tr(
+                "{call} modified its `{name}` argument in place; work on a copy or an out-of-place op",
+                call=call,
+                name=name,
+            )
+        )
 
 
 def assert_raises_value_error(build, *, call: str, reason: str) -> None:

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from judge.forbidden import NONE, ForbiddenCallError, Rules
+from judge.language import tr
 from judge.testing import checks
 from judge.testing.tolerances import SINGLE_OP
 
@@ -50,7 +51,9 @@ class Case(Mapping):
 
     def __str__(self) -> str:
         shown = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
-        return f"{'edge case' if self.edge else 'hidden case'} '{self.desc}' ({shown})"
+        if self.edge:
+            return tr("edge case '{desc}' ({sizes})", desc=self.desc, sizes=shown)
+        return tr("hidden case '{desc}' ({sizes})", desc=self.desc, sizes=shown)
 
     def judged(self):
         """Context manager: a failing check inside names this case first."""
