@@ -18,9 +18,7 @@ SETUP := check-python
 endif
 
 help: ## list the targets
-	@echo "Transformer Katas: edit a stub under katas/, then grade it."
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  make \1\t\2/' | expand -t 22
-	@echo "Variables: KATA=name, ARGS=\"grader options\" (see: $(PYTHON) grader.py --help), PYTHON=your-python"
+	@$(BASE_PYTHON) -m judge.make_help Makefile "$(PYTHON)"
 
 setup: $(SETUP) ## create .venv with the pinned dependencies (done automatically)
 
@@ -48,7 +46,7 @@ check: $(SETUP) ## grade one kata: make check KATA=causal_mask [SEED=n]
 	@test -n "$(KATA)" || { echo "error: name the kata, e.g. make check KATA=causal_mask"; exit 2; }
 	@$(GRADER) --kata "$(KATA)" $(SEED_ARG) $(ARGS) || { status=$$?; test $$status -eq 1 || exit $$status; }
 
-test: $(SETUP) ## run the whole test suite: solutions pass, stubs are todo, mutants are rejected
+test: $(SETUP) ## (maintainers) the whole suite, about 4 min: solutions pass, stubs are todo, mutants are rejected
 	@KATAS_LANG=en $(PYTHON) -m pytest tests --impl solutions $(ARGS)
 
 stubs: $(SETUP) ## (maintainers) regenerate katas/ from solutions/ where the stub is untouched

@@ -22,6 +22,9 @@ Engine, importable without torch (the command line stays fast):
     places      where the learner's kata files and state live
     history     the append-only practice history
     grading     the grader's commands (grade, stubs, table, and the internal ones)
+    make_help   make help: the Makefile's targets in the learner's language
+    catalog's neighbours: bare (a bare stub for interview mode), interview (its grade: the
+                math only, then the conventions), learning (learning paths, the review ladder)
 
 In the kata process (imports torch):
     plugin      the pytest plugin: options, limits, torch-state guard, loading the kata,
@@ -30,5 +33,5 @@ In the kata process (imports torch):
     testing     what kata tests are written with: specs and case tables, checks, inputs,
                 the shared module-kata path
 
-The practice loop (judge.practice): watch, hint, reset, diff, mock, progress.
+The practice loop (judge.practice): watch, hint, reset, diff, mock and interview, next, progress.
 """

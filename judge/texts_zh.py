@@ -161,6 +161,43 @@ ZH: dict[str, str] = {
     ),
     "edge case '{desc}' ({sizes})": "边界用例 '{desc}'（{sizes}）",
     "hidden case '{desc}' ({sizes})": "隐藏用例 '{desc}'（{sizes}）",
+    # make help: the Makefile's target descriptions (judge.make_help)
+    "Transformer Katas: edit a stub under katas/, then grade it.": "Transformer Katas：在 katas/ 下写完一个桩文件，然后评测它。",
+    'Variables: KATA=name, ARGS="grader options" (see: {python} grader.py --help), PYTHON=your-python': (
+        '变量：KATA=题目名，ARGS="判题器选项"（见 {python} grader.py --help），PYTHON=你的 Python'
+    ),
+    "list the targets": "列出所有目标",
+    "create .venv with the pinned dependencies (done automatically)": "创建 .venv 并安装固定版本的依赖（会自动完成）",
+    'grade every kata under katas/ (ARGS="--impl solutions" etc.) [SEED=n]': (
+        '评测 katas/ 下的所有题目（ARGS="--impl solutions" 等）[SEED=n]'
+    ),
+    "grade one kata: make check KATA=causal_mask [SEED=n]": "评测一道题：make check KATA=causal_mask [SEED=n]",
+    "(maintainers) the whole suite, about 4 min: solutions pass, stubs are todo, mutants are rejected": (
+        "（维护者）完整测试集，约 4 分钟：参考解通过、桩文件为 todo、变异体被拒绝"
+    ),
+    "(maintainers) regenerate katas/ from solutions/ where the stub is untouched": (
+        "（维护者）在桩文件未被改动处，由 solutions/ 重新生成 katas/"
+    ),
+    "re-grade each kata you save, within a second (KATA=name: only that one; NEXT=1: follow your path)": (
+        "每次保存后一秒内重新评测（KATA=name：只看这一道；NEXT=1：沿学习路线前进）"
+    ),
+    "one more hint each time: make hint KATA=causal_mask": "每次多给一条提示：make hint KATA=causal_mask",
+    "keep your attempt under .katas/attempts/, then restore the stub: make reset KATA=name": (
+        "先把你的文件保存到 .katas/attempts/，再恢复桩文件：make reset KATA=name"
+    ),
+    "your file against the reference solution, then whether it passes: make diff KATA=name": (
+        "你的文件与参考解对比，然后看是否通过：make diff KATA=name"
+    ),
+    "a timed mock interview of bare stubs in .katas/mock/: [N=3] [MINUTES=total] [SEED=n]": (
+        "在 .katas/mock/ 中用裸桩文件进行限时模拟面试：[N=3] [MINUTES=总分钟数] [SEED=n]"
+    ),
+    "one kata from a bare stub, timed, the math graded: make interview KATA=mha [MINUTES=m]": (
+        "一道题的裸桩文件，限时，只评数学：make interview KATA=mha [MINUTES=m]"
+    ),
+    "the next kata of your path, or the review that is due": "学习路线上的下一道题，或到期的复习",
+    "per path and kata: passed, next, reviews due; best score, attempts, trend": (
+        "每条路线和每道题：已通过、下一题、待复习；最好成绩、尝试次数、趋势"
+    ),
     "Interview: {title}": "面试题：{title}",
     "Interview {id}: {kata} in {time}": "面试 {id}：{kata}，限时 {time}",
     "Interview {id} report: {reason} after {elapsed} of {allowed} (seed {seed})": (
