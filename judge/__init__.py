@@ -23,8 +23,9 @@ Engine, importable without torch (the command line stays fast):
     history     the append-only practice history
     grading     the grader's commands (grade, stubs, table, and the internal ones)
     make_help   make help: the Makefile's targets in the learner's language
-    catalog's neighbours: bare (a bare stub for interview mode), interview (its grade: the
-                math only, then the conventions), learning (learning paths, the review ladder)
+    bare        a bare stub for interview mode: imports, signatures, a few lines of task
+    interview   an interview's grade: the math only, then the conventions listed
+    learning    learning paths, the review ladder, the next kata
 
 In the kata process (imports torch):
     plugin      the pytest plugin: options, limits, torch-state guard, loading the kata,
