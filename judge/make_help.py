@@ -6,6 +6,7 @@ target line's `## text` is its description; judge/texts_zh.py holds the Chinese 
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -33,4 +34,7 @@ def help_text(makefile: Path, python: str) -> str:
 
 
 if __name__ == "__main__":
-    print(help_text(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "python3"))
+    try:
+        print(help_text(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "python3"), flush=True)
+    except BrokenPipeError:  # `make help | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -6,6 +6,7 @@ import argparse
 import ast
 import io
 import string
+import subprocess
 import unicodedata
 from pathlib import Path
 
@@ -358,3 +359,8 @@ def test_make_help_speaks_chinese(chinese):
 
     shown = help_text(ROOT / "Makefile", "python3")
     assert "列出所有目标" in shown and "make interview" in shown and "list the targets" not in shown
+
+
+def test_make_help_piped_into_head_ends_quietly():
+    run = subprocess.run("make -s help | head -1", shell=True, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert run.stdout.startswith("Transformer Katas") and "Traceback" not in run.stderr and "Error" not in run.stderr
