@@ -362,8 +362,9 @@ def report_text(report: dict) -> str:
         head,
         "",
         (
-            f"{'kata':<{width}}  {'result':<7} {'score':>5}  {'passed at':>9}  {'took':>6}  {'suggested':>9}  "
-            f"{'vs':>5}  hints"
+            f"{padded(tr('kata'), width)}  {padded(tr('result'), 7)} {padded(tr('score'), 5, right=True)}  "
+            f"{padded(tr('passed at'), 9, right=True)}  {padded(tr('took'), 6, right=True)}  "
+            f"{padded(tr('suggested'), 9, right=True)}  {padded(tr('vs'), 5, right=True)}  {tr('hints')}"
         ),
     ]
     for k in report["katas"]:

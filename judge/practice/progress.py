@@ -16,6 +16,7 @@ from judge.history import history_of
 from judge.language import tr
 from judge.learning import LearningPath, load_paths, path_summary, standings
 from judge.places import Places, read_json, shown
+from judge.reporting import padded, status_word
 from judge.practice.common import clock
 
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -107,7 +108,9 @@ def progress_text(
     if paths:
         lines += [*path_lines(records, catalog, paths, time.time() if now is None else now), ""]
     lines += [
-        f"{'kata':<{width}}  {'best':>5}  {'attempts':>8}  {'last':<9} {'hints':>5}  {'fastest mock':>12}  trend",
+        f"{padded(tr('kata'), width)}  {padded(tr('best'), 5, right=True)}  {padded(tr('attempts'), 8, right=True)}  "
+        f"{padded(tr('last'), 9)} {padded(tr('hints'), 5, right=True)}  {padded(tr('fastest mock'), 12, right=True)}  "
+        f"{tr('trend')}",
     ]
     for r in rows:
         best = "-" if r["best"] is None else f"{r['best']:.0%}"
@@ -115,7 +118,7 @@ def progress_text(
         if len(r["trend"]) >= 2:
             trend += "  " + ("↑" if r["trend"][-1] > r["trend"][0] else "↓" if r["trend"][-1] < r["trend"][0] else "→")
         lines.append(
-            f"{r['kata']:<{width}}  {best:>5}  {r['attempts']:>8}  {r['last'] or '-':<9} "
+            f"{r['kata']:<{width}}  {best:>5}  {r['attempts']:>8}  {padded(status_word(r['last']) if r['last'] else '-', 9)} "
             f"{r['hints']:>2}/{r['hints_total']:<2}  {clock(r['fastest_mock_s']):>12}  {trend}".rstrip()
         )
     mocks = [r for r in records if r.get("event") == "mock"]
