@@ -16,8 +16,8 @@ from judge.history import history_of
 from judge.language import tr
 from judge.learning import LearningPath, load_paths, path_summary, standings
 from judge.places import Places, read_json, shown
-from judge.reporting import padded, status_word
 from judge.practice.common import clock
+from judge.reporting import padded, status_word
 
 SPARKS = "▁▂▃▄▅▆▇█"
 
@@ -107,11 +107,11 @@ def progress_text(
     ]
     if paths:
         lines += [*path_lines(records, catalog, paths, time.time() if now is None else now), ""]
-    lines += [
+    lines.append(
         f"{padded(tr('kata'), width)}  {padded(tr('best'), 5, right=True)}  {padded(tr('attempts'), 8, right=True)}  "
         f"{padded(tr('last'), 9)} {padded(tr('hints'), 5, right=True)}  {padded(tr('fastest mock'), 12, right=True)}  "
-        f"{tr('trend')}",
-    ]
+        f"{tr('trend')}"
+    )
     for r in rows:
         best = "-" if r["best"] is None else f"{r['best']:.0%}"
         trend = sparkline(r["trend"])
