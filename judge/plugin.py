@@ -32,7 +32,18 @@ from judge.isolation import keep_to_myself
 from judge.language import tr
 from judge.loading import load_kata, restore_torch_state, torch_state
 from judge.paths import SOLUTIONS
-from judge.protocol import Begin, Collected, ErrorKind, EventWriter, Finish, Outcome, Start, TestReport, Timing
+from judge.protocol import (
+    PRINTED_CUT,
+    Begin,
+    Collected,
+    ErrorKind,
+    EventWriter,
+    Finish,
+    Outcome,
+    Start,
+    TestReport,
+    Timing,
+)
 from judge.remote.client import KataProcess, RemoteKata
 from judge.remote.zygote import Zygote
 from judge.testing.checks import MESSAGE_LIMIT, Inconclusive
@@ -343,7 +354,7 @@ class ResultWriter:
         outcome = self.outcomes.setdefault(report.nodeid, {"outcome": Outcome.PASSED})
         printed = report.capstdout + report.capstderr
         if printed and "output" not in outcome:  # what the kata printed, truncated: enough to see, never a flood
-            outcome["output"] = printed[:OUTPUT_LIMIT] + (" ..." if len(printed) > OUTPUT_LIMIT else "")
+            outcome["output"] = printed[:OUTPUT_LIMIT] + (PRINTED_CUT if len(printed) > OUTPUT_LIMIT else "")
         if outcome["outcome"] != Outcome.PASSED:
             return  # the first thing that went wrong is what the learner needs
         if hasattr(report, "kata_inconclusive"):

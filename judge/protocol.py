@@ -123,6 +123,9 @@ class Begin(Event):
     pids: list[int] = field(default_factory=list)  # the processes working on it (judge, fork server, kata)
 
 
+PRINTED_CUT = " ..."  # ends a TestReport's output when the kata printed more than it keeps
+
+
 @dataclass
 class TestReport(Event):
     """A test's outcome; for a failure its kind, the exception type and a readable message."""

@@ -7,7 +7,7 @@ import unicodedata
 from pathlib import Path
 
 from judge.language import language, tr, tr_data
-from judge.protocol import SEVERAL, SINGLE, KataResult, Status
+from judge.protocol import PRINTED_CUT, SEVERAL, SINGLE, KataResult, Status
 from judge.timing import format_timing
 
 COLOURS = {
@@ -56,7 +56,6 @@ def total_score(results: list[KataResult]) -> float:
 
 
 PRINT_SHOWN = 60  # characters of a print shown: its first line, cut, so a flood stays one line of the table
-CUT = " ..."  # how the plugin ends what it kept of a longer print
 
 
 def printed_line(result: KataResult) -> str | None:
@@ -65,8 +64,8 @@ def printed_line(result: KataResult) -> str | None:
     that it was more than the report kept)."""
     if not result.printed:
         return None
-    cut = result.printed.endswith(CUT)
-    text = result.printed.removesuffix(CUT) if cut else result.printed
+    cut = result.printed.endswith(PRINTED_CUT)
+    text = result.printed.removesuffix(PRINTED_CUT) if cut else result.printed
     lines = text.splitlines() or [text]
     printed = repr(lines[0][:PRINT_SHOWN])
     if cut:
