@@ -128,9 +128,8 @@ def shown_as(result: KataResult, copy: Path, original: Path) -> KataResult:
 
 @dataclass
 class Shard:
-    """One judging process's part of a grade: its arguments, log, results file and kata copy."""
+    """One judging process's part of a grade: its log, results file and kata copy."""
 
-    args: list[str]
     log: Path
     results: Path
     copy: Path
@@ -276,7 +275,7 @@ class ProcessEngine:
                 os.set_inheritable(gate[0], True)  # through exec, for the process engine
                 args += ["--gate", str(gate[0])]
                 pending.gates.append(gate[1])
-            pending.parts.append(Shard(args, folder / "output.log", results, copy))
+            pending.parts.append(Shard(folder / "output.log", results, copy))
             # no judging process holds a gate's other end (its own or an earlier shard's): the
             # grader's going, or its letting go, is an end of file at every gate
             pending.starts.append(self.start(args, folder / "output.log", close=tuple(pending.gates)))
