@@ -112,14 +112,18 @@ class Next:
     due: float | None = None  # for a review: when it fell due; for "done": the next review, if any
 
 
+def next_kata(paths: list[LearningPath], found: dict[str, Standing]) -> tuple[LearningPath, str] | None:
+    """The current path and its first kata not yet passed; None when every kata passes."""
+    return next(((path, name) for path in paths for name in path.katas if found[name].passed_at is None), None)
+
+
 def next_step(paths: list[LearningPath], found: dict[str, Standing], now: float) -> Next:
     due = sorted((s.due, name) for name, s in found.items() if s.due is not None and s.due <= now)
     if due:
         return Next("review", due[0][1], due=due[0][0])
-    for path in paths:
-        for name in path.katas:
-            if found[name].passed_at is None:
-                return Next("kata", name, path)
+    taking = next_kata(paths, found)
+    if taking is not None:
+        return Next("kata", taking[1], taking[0])
     upcoming = [s.due for s in found.values() if s.due is not None]
     return Next("done", due=min(upcoming) if upcoming else None)
 

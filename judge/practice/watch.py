@@ -17,7 +17,7 @@ from judge.engines import ProcessEngine, default_shards, make_engine
 from judge.errors import UsageError
 from judge.history import History, history_of
 from judge.language import tr
-from judge.learning import load_paths, standings
+from judge.learning import load_paths, next_kata, standings
 from judge.places import Places, fingerprint, shown
 from judge.practice.common import colour_enabled, find_kata, verdict_block
 from judge.protocol import KataResult
@@ -150,8 +150,8 @@ class Watcher:
 
 def next_on_path(catalog: list[Kata], places: Places) -> str | None:
     """The next kata of the learner's path not yet passed (judge.learning), None when all are."""
-    found = standings(history_of(places).read(), [kata.name for kata in catalog])
-    return next((name for path in load_paths(catalog) for name in path.katas if found[name].passed_at is None), None)
+    taking = next_kata(load_paths(catalog), standings(history_of(places).read(), [kata.name for kata in catalog]))
+    return None if taking is None else taking[1]
 
 
 def move_on(watcher: Watcher, catalog: list[Kata], places: Places) -> None:
