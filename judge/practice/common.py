@@ -18,6 +18,11 @@ def stamp(moment: float) -> str:
     return datetime.fromtimestamp(moment).strftime("%Y%m%d-%H%M%S")
 
 
+def when(moment: float) -> str:
+    """A moment as the learner reads it: 2026-11-25 08:30."""
+    return datetime.fromtimestamp(moment).strftime("%Y-%m-%d %H:%M")
+
+
 def fresh_path(folder: Path, stem: str, suffix: str = "") -> Path:
     """folder/stem+suffix, or folder/stem-2+suffix... when taken."""
     candidate, number = folder / f"{stem}{suffix}", 1

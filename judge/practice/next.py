@@ -6,7 +6,6 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime
 from typing import TextIO
 
 from judge.catalog import load_catalog
@@ -14,10 +13,7 @@ from judge.history import history_of
 from judge.language import tr
 from judge.learning import load_paths, next_step, standings
 from judge.places import Places
-
-
-def when(ts: float) -> str:
-    return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M")
+from judge.practice.common import when
 
 
 def next_command(

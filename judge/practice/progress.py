@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
@@ -16,7 +15,7 @@ from judge.history import history_of
 from judge.language import tr
 from judge.learning import LearningPath, load_paths, path_summary, standings
 from judge.places import Places, read_json, shown
-from judge.practice.common import clock
+from judge.practice.common import clock, when
 from judge.reporting import padded, status_word
 
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -125,14 +124,14 @@ def progress_text(
     lines.append("")
     if mocks:
         last = mocks[-1]
-        when = datetime.fromtimestamp(last.get("ts", 0)).strftime("%Y-%m-%d %H:%M")
+        last_at = when(last.get("ts", 0))
         scores = " ".join(f"{m.get('score', 0):.0f}" for m in mocks[-8:])
         lines.append(
             tr(
                 "Mock interviews: {count}; last {when}: {passed} of {total} pass, score {score:.0f}. "
                 "Scores, oldest first: {scores}",
                 count=len(mocks),
-                when=when,
+                when=last_at,
                 passed=last.get("passed", 0),
                 total=len(last.get("katas", [])),
                 score=last.get("score", 0),
