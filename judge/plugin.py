@@ -29,7 +29,7 @@ import torch
 from judge import shards
 from judge.failures import error_kind, failure_text
 from judge.isolation import keep_to_myself
-from judge.language import tr
+from judge.language import pick, tr
 from judge.loading import load_kata, restore_torch_state, torch_state
 from judge.paths import SOLUTIONS
 from judge.protocol import (
@@ -47,7 +47,7 @@ from judge.protocol import (
 from judge.remote.client import KataProcess, RemoteKata
 from judge.remote.zygote import Zygote
 from judge.testing.checks import MESSAGE_LIMIT, Inconclusive
-from judge.testing.tiers import CONVENTIONS, CORE, tier_of
+from judge.testing.tiers import CONVENTIONS, CORE, tier_of, title_zh
 from judge.timing import TIMING_THREADS
 from judge.warm import warm_up
 
@@ -95,7 +95,9 @@ def apply_limits(config) -> None:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "kata_cuda: a case that needs CUDA (left out where there is none)")
-    config.addinivalue_line("markers", "kata_tier(tier, stub_says=...): core or conventions (judge.testing.tiers)")
+    config.addinivalue_line(
+        "markers", "kata_tier(tier, stub_says=..., zh=...): core or conventions (judge.testing.tiers)"
+    )
     apply_limits(config)
     # One thread: the references and comparisons are small, and on a busy machine every op of
     # a two-thread pool waits for its second thread (measured: 9 ms instead of 0.2 ms a linear).
@@ -318,8 +320,9 @@ def describe_error(item, excinfo) -> tuple[ErrorKind, str, str]:
 
 
 def sentence(item) -> str:
-    """test_output_matches_reference[float32-cpu] -> 'output matches reference [float32-cpu]'."""
-    name = item.originalname.removeprefix("test_").replace("_", " ")
+    """test_output_matches_reference[float32-cpu] -> 'output matches reference [float32-cpu]',
+    or the title its tier gives in Chinese for a learner who reads Chinese."""
+    name = pick(item.originalname.removeprefix("test_").replace("_", " "), title_zh(item))
     params = item.name[len(item.originalname) :]
     return f"{name} {params}".strip()
 

@@ -170,8 +170,9 @@ ZH: dict[str, str] = {
     "{call} modified its `{name}` argument in place; work on a copy or an out-of-place op": (
         "{call} 原地修改了参数 `{name}`；请在副本上操作，或使用非原地运算"
     ),
-    "edge case '{desc}' ({sizes})": "边界用例 '{desc}'（{sizes}）",
-    "hidden case '{desc}' ({sizes})": "隐藏用例 '{desc}'（{sizes}）",
+    "edge case '{desc}' ({sizes})": "边界用例“{desc}”（{sizes}）",
+    "hidden case '{desc}' ({sizes})": "隐藏用例“{desc}”（{sizes}）",
+    "random draw {n}": "随机抽取 {n}",
     # make help: the Makefile's target descriptions (judge.make_help)
     "Transformer Katas: edit a stub under katas/, then grade it.": "Transformer Katas：在 katas/ 下写完一个桩文件，然后评测它。",
     'Variables: KATA=name, ARGS="grader options" (see: {python} grader.py --help), PYTHON=your-python': (

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from judge.forbidden import NONE, ForbiddenCallError, Rules
-from judge.language import tr
+from judge.language import pick, tr
 from judge.testing import checks
 from judge.testing.tolerances import SINGLE_OP
 
@@ -31,11 +31,13 @@ def dtypes(*choices: torch.dtype):
 
 @dataclass(frozen=True)
 class Case(Mapping):
-    """One case of a table: its sizes (read as case["E"]) and a short description."""
+    """One case of a table: its sizes (read as case["E"]) and a short description, with its
+    Chinese twin `zh` shown to a learner who reads Chinese."""
 
     desc: str
     sizes: dict
     edge: bool = False
+    zh: str = ""
 
     def __getitem__(self, key):
         return self.sizes[key]
@@ -47,13 +49,14 @@ class Case(Mapping):
         return len(self.sizes)
 
     def __or__(self, other: Mapping) -> Case:
-        return Case(self.desc, {**self.sizes, **other}, self.edge)
+        return Case(self.desc, {**self.sizes, **other}, self.edge, self.zh)
 
     def __str__(self) -> str:
         shown = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
+        desc = pick(self.desc, self.zh)
         if self.edge:
-            return tr("edge case '{desc}' ({sizes})", desc=self.desc, sizes=shown)
-        return tr("hidden case '{desc}' ({sizes})", desc=self.desc, sizes=shown)
+            return tr("edge case '{desc}' ({sizes})", desc=desc, sizes=shown)
+        return tr("hidden case '{desc}' ({sizes})", desc=desc, sizes=shown)
 
     def judged(self):
         """Context manager: a failing check inside names this case first."""
@@ -81,8 +84,9 @@ class _Judged:
 _UNNAMED = (NotImplementedError, ForbiddenCallError, pytest.skip.Exception)
 
 
-def edge(desc: str, **sizes) -> Case:
-    return Case(desc, sizes, edge=True)
+def edge(desc: str, zh: str = "", /, **sizes) -> Case:
+    """A named edge case: edge("odd length", "奇数长度", n=7)."""
+    return Case(desc, sizes, edge=True, zh=zh)
 
 
 @dataclass(frozen=True)
@@ -95,7 +99,7 @@ class CaseTable:
 
     def random(self, rng: random.Random, count: int | None = None) -> list[Case]:
         count = self.draws if count is None else count
-        return [Case(f"random draw {n + 1}", sizes) for n, sizes in enumerate(self.draw(rng, count))]
+        return [Case(tr("random draw {n}", n=n + 1), sizes) for n, sizes in enumerate(self.draw(rng, count))]
 
     def cases(self, rng: random.Random, count: int | None = None, *, edges: bool = True) -> list[Case]:
         """Every edge case, then the random draws: what a main comparison runs through.

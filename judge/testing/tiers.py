@@ -8,7 +8,9 @@ validation, half-precision rules, graph hygiene, device placement, inputs left u
 degenerate inputs, names and layouts beyond what the weights need. A convention test
 quotes the docstring line that states it; its failure says it is a convention.
 
-Every test of a kata declares its tier (`@core` or `@convention("...")`); the plugin
+Every test of a kata declares its tier (`@core` or `@convention("...")`), and with it the test's
+title in Chinese (`@core(zh="...")`, `@convention("...", zh="...")`): the English title is the
+function's name read as a sentence, shown to a learner who reads Chinese as the zh one. The plugin
 refuses a kata test module with an undeclared one and runs the core tests first, so a run
 stopped at its first failure tells which tier failed. `pass` needs both tiers.
 """
@@ -26,9 +28,10 @@ MARKER = "kata_tier"
 core = getattr(pytest.mark, MARKER)(CORE)
 
 
-def convention(stub_says: str):
-    """A test of a convention; `stub_says` quotes the stub's docstring line that states it."""
-    return getattr(pytest.mark, MARKER)(CONVENTIONS, stub_says=" ".join(stub_says.split()))
+def convention(stub_says: str, zh: str = ""):
+    """A test of a convention; `stub_says` quotes the stub's docstring line that states it,
+    `zh` is the test's title in Chinese."""
+    return getattr(pytest.mark, MARKER)(CONVENTIONS, stub_says=" ".join(stub_says.split()), zh=zh)
 
 
 def tier_of(item) -> tuple[str | None, str]:
@@ -37,3 +40,9 @@ def tier_of(item) -> tuple[str | None, str]:
     if marker is None:
         return None, ""
     return marker.args[0], marker.kwargs.get("stub_says", "")
+
+
+def title_zh(item) -> str:
+    """The test's title in Chinese, as its tier declares it ("" when it does not)."""
+    marker = item.get_closest_marker(MARKER)
+    return marker.kwargs.get("zh", "") if marker is not None else ""
