@@ -17,6 +17,18 @@ else
 SETUP := check-python
 endif
 
+# The lines make prints before Python can, in the learner's language (judge/language.py's rule:
+# KATAS_LANG=zh or en, else the locale).
+ifneq ($(filter zh%,$(or $(filter en zh,$(KATAS_LANG)),$(LC_ALL),$(LC_MESSAGES),$(LANG))),)
+SAY_OLD_PYTHON = 错误：需要 Python 3.11 或更新的版本（试过 $(BASE_PYTHON)）；请传入 BASE_PYTHON=python3.12 之类
+SAY_SETTING_UP = 正在创建 $(VENV)（只在第一次运行时；安装 torch 大约需要一分钟）……
+SAY_LACKS      = 错误：$(PYTHON) 缺少依赖；请这样装上其余的：$(PYTHON) -m pip install numpy pytest pytest-timeout
+else
+SAY_OLD_PYTHON = error: Python 3.11 or newer is needed (tried $(BASE_PYTHON)); pass BASE_PYTHON=python3.12 or similar
+SAY_SETTING_UP = Setting up $(VENV) (first run only; torch takes about a minute)...
+SAY_LACKS      = error: $(PYTHON) lacks a dependency; install the rest with: $(PYTHON) -m pip install numpy pytest pytest-timeout
+endif
+
 help: ## list the targets
 	@$(BASE_PYTHON) -m judge.make_help Makefile "$(PYTHON)"
 
@@ -24,15 +36,15 @@ setup: $(SETUP) ## create .venv with the pinned dependencies (done automatically
 
 $(VENV)/.installed: requirements.txt
 	@$(BASE_PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
-		|| { echo "error: Python 3.11 or newer is needed (tried $(BASE_PYTHON)); pass BASE_PYTHON=python3.12 or similar"; exit 1; }
-	@echo "Setting up $(VENV) (first run only; torch takes about a minute)..."
+		|| { echo "$(SAY_OLD_PYTHON)"; exit 1; }
+	@echo "$(SAY_SETTING_UP)"
 	@$(BASE_PYTHON) -m venv $(VENV)
 	@$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt $(PIP_ARGS)
 	@touch $@
 
 check-python:
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ needed"; import torch, numpy, pytest, pytest_timeout' \
-		|| { echo "error: $(PYTHON) lacks a dependency; install the rest with: $(PYTHON) -m pip install numpy pytest pytest-timeout"; exit 1; }
+		|| { echo "$(SAY_LACKS)"; exit 1; }
 
 # grader.py exits 1 when some kata does not pass yet: a normal outcome here, not a make error
 # (the table ends with what to do next). Exit 2 (the grader could not run) stays an error.
@@ -43,7 +55,6 @@ grade: $(SETUP) ## grade every kata under katas/ (ARGS="--impl solutions" etc.) 
 	@$(GRADER) $(SEED_ARG) $(ARGS) || { status=$$?; test $$status -eq 1 || exit $$status; }
 
 check: $(SETUP) ## grade one kata: make check KATA=causal_mask [SEED=n]
-	@test -n "$(KATA)" || { echo "error: name the kata, e.g. make check KATA=causal_mask"; exit 2; }
 	@$(GRADER) --kata "$(KATA)" $(SEED_ARG) $(ARGS) || { status=$$?; test $$status -eq 1 || exit $$status; }
 
 test: $(SETUP) ## (maintainers) the whole suite, about 4 min: solutions pass, stubs are todo, mutants are rejected

@@ -7,6 +7,7 @@ import importlib.util
 import sys
 
 from judge.errors import UsageError
+from judge.language import tr
 
 GRADING_NEEDS = ("torch", "numpy", "pytest")
 
@@ -14,4 +15,10 @@ GRADING_NEEDS = ("torch", "numpy", "pytest")
 def require_grading_dependencies() -> None:
     missing = [name for name in GRADING_NEEDS if importlib.util.find_spec(name) is None]
     if missing:
-        raise UsageError(f"{sys.executable} lacks {', '.join(missing)}: run `make setup`, or use the make targets")
+        raise UsageError(
+            tr(
+                "{python} lacks {missing}: run `make setup`, or use the make targets",
+                python=sys.executable,
+                missing=", ".join(missing),
+            )
+        )

@@ -19,11 +19,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from judge.advice import next_step, replay_line
+from judge.advice import next_step, replay_line, via_make
 from judge.catalog import Kata, kata_aliases, kata_names, kata_table, load_catalog, resolve_kata
 from judge.engines import default_shards
 from judge.environment import require_grading_dependencies
-from judge.errors import UsageError
+from judge.errors import UsageError, usage_error
 from judge.history import record_check
 from judge.language import tr
 from judge.learning import load_paths
@@ -38,7 +38,7 @@ from judge.stubs import StubError, refresh_stubs
 
 class KataArgumentParser(argparse.ArgumentParser):
     def error(self, message: str):
-        raise UsageError(f"{message} (see: python grader.py --help)")
+        raise usage_error(message, "python grader.py")
 
 
 def parse_grade_args(argv: list[str], catalog: list[Kata]) -> argparse.Namespace:
@@ -76,11 +76,16 @@ def parse_grade_args(argv: list[str], catalog: list[Kata]) -> argparse.Namespace
     )
     args = parser.parse_args(argv)
     aliases = kata_aliases(catalog)
+    if args.kata is not None and not all(name.strip() for name in args.kata):
+        example = "make check KATA=causal_mask" if via_make() else "python grader.py --kata causal_mask"
+        raise UsageError(
+            tr("name the kata, e.g. {example} (the katas: {names})", example=example, names=", ".join(names))
+        )
     args.kata = [resolve_kata(name, names, aliases) for name in args.kata] if args.kata else None
     if args.jobs < 1 or args.time_limit <= 0 or args.test_timeout <= 0:
-        raise UsageError("--jobs, --time-limit and --test-timeout must be positive")
+        raise UsageError(tr("--jobs, --time-limit and --test-timeout must be positive"))
     if args.json and not Path(args.json).resolve().parent.is_dir():
-        raise UsageError(f"--json {args.json}: no such folder for the report")
+        raise UsageError(tr("--json {path}: no such folder for the report", path=args.json))
     args.impl_dir, args.names = resolve_impl(args.impl, args.kata, names)
     return args
 
@@ -92,12 +97,21 @@ def resolve_impl(impl: str, chosen: list[str] | None, names: list[str]) -> tuple
         path = ROOT / impl
     if path.is_file():
         if path.suffix != ".py" or path.stem not in names:
-            raise UsageError(f"--impl {impl}: a single file must be named like a kata (e.g. causal_mask.py)")
+            raise UsageError(
+                tr("--impl {impl}: a single file must be named like a kata (e.g. causal_mask.py)", impl=impl)
+            )
         if chosen and chosen != [path.stem]:
-            raise UsageError(f"--impl {impl} is the {path.stem} kata; --kata asks for {', '.join(chosen)}")
+            raise UsageError(
+                tr(
+                    "--impl {impl} is the {kata} kata; --kata asks for {chosen}",
+                    impl=impl,
+                    kata=path.stem,
+                    chosen=", ".join(chosen),
+                )
+            )
         return path.parent, [path.stem]
     if not path.is_dir():
-        raise UsageError(f"--impl {impl}: no such folder or kata file")
+        raise UsageError(tr("--impl {impl}: no such folder or kata file", impl=impl))
     return path, chosen or names
 
 
@@ -117,7 +131,7 @@ def grade_command(argv: list[str]) -> int:
     args = parse_grade_args(argv, catalog)
     require_grading_dependencies()
     if args.device == "cuda" and not cuda_available():
-        raise UsageError("--device cuda: torch sees no CUDA device here (try --device cpu)")
+        raise UsageError(tr("--device cuda: torch sees no CUDA device here (try --device cpu)"))
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
     limits = Limits(time_limit=args.time_limit, test_timeout=args.test_timeout)
     paths = {name: args.impl_dir / f"{name}.py" for name in args.names}
@@ -248,7 +262,7 @@ def main(argv: list[str]) -> int:
             return COMMANDS[argv[0]](argv[1:])
         return grade_command(argv)
     except UsageError as error:
-        print(f"grader.py: error: {error}", file=sys.stderr)
+        print(tr("{command}: error: {message}", command="grader.py", message=error), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(tr("grader.py: interrupted"), file=sys.stderr)

@@ -134,7 +134,7 @@ def details(r: KataResult) -> list[str]:
     note = printed_line(r)
     if r.status in (Status.PASS, Status.TODO):
         return [f"{r.name}: {note}"] if note else []
-    lines = [f"{r.name}: {status_word(r.status)}: {r.message}"]
+    lines = [tr("{name}: {status}: {message}", name=r.name, status=status_word(r.status), message=r.message)]
     lines += [f"    {shown_diagnosis(line)}" for line in r.diagnosis]
     if note:
         lines.append(f"    {note}")

@@ -27,7 +27,8 @@ ZH: dict[str, str] = {
     "Not judged here, never counted: {count} cases in {where}: {reason}.": (
         "本机无法评判，不计入总数：{where} 中的 {count} 个用例：{reason}。"
     ),
-    "also: {name}: {message}": "另外：{name}: {message}",
+    "also: {name}: {message}": "另外：{name}：{message}",
+    "{name}: {status}: {message}": "{name}: {status}：{message}",
     "Time vs PyTorch (kata / reference), the passing katas, timed one at a time:": (
         "与 PyTorch 对比的用时（题目 / 参考实现），通过的题目逐个计时："
     ),
@@ -60,8 +61,38 @@ ZH: dict[str, str] = {
     "first failing check: {text}": "第一个失败的检查：{text}",
     "why: {text}": "原因：{text}",
     "(hidden shapes from seed {seed}: the same until you restart)": "（隐藏形状来自种子 {seed}：重启之前保持不变）",
+    # judge/errors.py: argparse's own messages, and where to read the options
+    "{message} (see: {command} --help)": "{message}（见：{command} --help）",
+    "{command}: error: {message}": "{command}: 错误：{message}",
+    # judge/grading.py and judge/environment.py: the grader's own checks of its input
+    "--jobs, --time-limit and --test-timeout must be positive": "--jobs、--time-limit 和 --test-timeout 必须是正数",
+    "--json {path}: no such folder for the report": "--json {path}：报告所在的目录不存在",
+    "--impl {impl}: a single file must be named like a kata (e.g. causal_mask.py)": (
+        "--impl {impl}：单个文件必须以题目命名（例如 causal_mask.py）"
+    ),
+    "--impl {impl} is the {kata} kata; --kata asks for {chosen}": "--impl {impl} 是题目 {kata}；而 --kata 要求的是 {chosen}",
+    "--impl {impl}: no such folder or kata file": "--impl {impl}：没有这个目录或题目文件",
+    "--device cuda: torch sees no CUDA device here (try --device cpu)": (
+        "--device cuda：torch 在这台机器上找不到 CUDA 设备（试试 --device cpu）"
+    ),
+    "{python} lacks {missing}: run `make setup`, or use the make targets": (
+        "{python} 缺少 {missing}：请运行 `make setup`，或使用 make 的目标"
+    ),
+    "unrecognized arguments: {args}": "无法识别的参数：{args}",
+    "the following arguments are required: {names}": "缺少必需的参数：{names}",
+    "argument {name}: invalid choice: {value} (choose from {choices})": "参数 {name}：无效的选项 {value}（可选：{choices}）",
+    "argument {name}: invalid {kind} value: {value}": "参数 {name}：无效的 {kind} 值：{value}",
+    "argument {name}: expected one argument": "参数 {name}：需要一个值",
+    "argument {name}: ignored explicit argument {value}": "参数 {name}：忽略了显式给出的值 {value}",
+    "argument {name}: {message}": "参数 {name}：{message}",
     # judge/practice/cli.py
     "Stopped. Bye!": "已停止。再见！",
+    "{what} must be a whole number, got {text!r}": "{what} 必须是整数，收到的是 {text!r}",
+    "{what} must be at least {minimum}, got {value}": "{what} 至少为 {minimum}，收到的是 {value}",
+    "MINUTES must be a number of minutes, got {text!r}": "MINUTES 必须是分钟数，收到的是 {text!r}",
+    "MINUTES must be more than 0, got {text!r}": "MINUTES 必须大于 0，收到的是 {text!r}",
+    "--interval must be a number of seconds, got {text!r}": "--interval 必须是秒数，收到的是 {text!r}",
+    "--interval must be between 0 and 60 seconds, got {text!r}": "--interval 必须在 0 到 60 秒之间，收到的是 {text!r}",
     # judge/practice/watch.py
     "{path} was removed (make reset KATA={name} brings the stub back)": (
         "{path} 被删除了（make reset KATA={name} 可以恢复桩代码）"
@@ -173,6 +204,42 @@ ZH: dict[str, str] = {
     "edge case '{desc}' ({sizes})": "边界用例“{desc}”（{sizes}）",
     "hidden case '{desc}' ({sizes})": "隐藏用例“{desc}”（{sizes}）",
     "random draw {n}": "随机抽取 {n}",
+    "{case}: {text}": "{case}：{text}",
+    "the gradient of `{name}`": "`{name}` 的梯度",
+    "{call} returned normally; expected ValueError ({reason})": "{call} 正常返回了；应当抛出 ValueError（{reason}）",
+    "{call} raised {name}: {error}; expected {expected} ({reason})": (
+        "{call} 抛出了 {name}: {error}；应当抛出 {expected}（{reason}）"
+    ),
+    "{call} returned {got}; expected {error} ({reason})": "{call} 返回了 {got}；应当抛出 {error}（{reason}）",
+    "a pair": "一个二元组",
+    "a tuple of {count}": "一个含 {count} 个元素的元组",
+    "{call} returned {got}; expected {what} ({names})": "{call} 返回了 {got}；应当返回{what}（{names}）",
+    "{call}: the result does not require grad; autograd lost track of {which}": (
+        "{call}：结果不需要梯度（requires_grad 为 False）；autograd 跟丢了 {which}"
+    ),
+    "{call}: the output does not require grad; autograd lost track of the inputs": (
+        "{call}：输出不需要梯度（requires_grad 为 False）；autograd 跟丢了输入"
+    ),
+    "{call}: no gradient reached `{name}`": "{call}：没有梯度传到 `{name}`",
+    "{call} returned {what} {got}; expected None": "{call} 返回的 {what} 是 {got}；应当是 None",
+    # judge/testing/modules.py: the learner's parameters against the reference's
+    "{where} has no submodule `{name}`; the kata asks for {asks}": "{where} 没有子模块 `{name}`；题目要求：{asks}",
+    "{where} has no parameter `{name}` (expected one of shape {shape})": (
+        "{where} 没有参数 `{name}`（应当有一个形状为 {shape} 的参数）"
+    ),
+    "; with bias=True every Linear and LayerNorm has a bias": "；bias=True 时每个 Linear 和 LayerNorm 都有 bias",
+    "{built} has a parameter `{name}` of shape {shape} that PyTorch's module has no counterpart for; "
+    "the kata asks for {asks}": "{built} 有一个形状为 {shape} 的参数 `{name}`，PyTorch 的模块里没有与之对应的参数；题目要求：{asks}",
+    " (with bias=False: no bias in any Linear or LayerNorm)": "（bias=False 时任何 Linear 和 LayerNorm 都没有 bias）",
+    "{built}.{name} has shape {shape}, expected {want} (nn.Linear(in, out) keeps its weight as [out, in])": (
+        "{built}.{name} 的形状是 {shape}，应当是 {want}（nn.Linear(in, out) 的 weight 形状是 [out, in]）"
+    ),
+    "two calls of {call} in train() mode returned the same output; with dropout > 0 training "
+    "should zero random activations, so two calls differ (use nn.Dropout or F.dropout with "
+    "training=self.training)": (
+        "train() 模式下两次调用 {call} 返回了相同的输出；dropout > 0 时训练应当随机置零一些激活值，"
+        "所以两次调用的结果不同（用 nn.Dropout，或 F.dropout 并传 training=self.training）"
+    ),
     # make help: the Makefile's target descriptions (judge.make_help)
     "Transformer Katas: edit a stub under katas/, then grade it.": "Transformer Katas：在 katas/ 下写完一个桩文件，然后评测它。",
     'Variables: KATA=name, ARGS="grader options" (see: {python} grader.py --help), PYTHON=your-python': (
@@ -347,13 +414,13 @@ ZH: dict[str, str] = {
     "not started: the stub still raises NotImplementedError": "尚未开始：桩代码仍在抛出 NotImplementedError",
     "{failed} of {total} tests failed ({core_failed} of {core_total} core: the math is wrong); "
     "first: {name}: {message}": (
-        "{total} 个测试中有 {failed} 个失败（核心测试 {core_total} 个中失败 {core_failed} 个：数学不对）；第一个：{name}: {message}"
+        "{total} 个测试中有 {failed} 个失败（核心测试 {core_total} 个中失败 {core_failed} 个：数学不对）；第一个：{name}：{message}"
     ),
     "the math is right ({passed}/{total} core); 1 convention missed: {name}: {message}": (
-        "数学部分正确（核心 {passed}/{total}）；差 1 条约定：{name}: {message}"
+        "数学部分正确（核心 {passed}/{total}）；差 1 条约定：{name}：{message}"
     ),
     "the math is right ({passed}/{total} core); {missed} conventions missed; first: {name}: {message}": (
-        "数学部分正确（核心 {passed}/{total}）；差 {missed} 条约定；第一条：{name}: {message}"
+        "数学部分正确（核心 {passed}/{total}）；差 {missed} 条约定；第一条：{name}：{message}"
     ),
     # judge/plugin.py: a failed convention
     'a convention (the stub: "{quote}"): {text}': "一条约定（桩代码写明：“{quote}”）：{text}",

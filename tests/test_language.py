@@ -5,13 +5,16 @@ loop and the grader's prose between English and 简体中文, leaving commands, 
 import argparse
 import ast
 import io
+import os
 import string
 import subprocess
+import sys
 import unicodedata
 from pathlib import Path
 
 import pytest
 import torch
+from english_words import english_prose
 
 from judge import advice, reporting
 from judge.catalog import Kata, load_catalog
@@ -364,3 +367,52 @@ def test_make_help_speaks_chinese(chinese):
 def test_make_help_piped_into_head_ends_quietly():
     run = subprocess.run("make -s help | head -1", shell=True, cwd=ROOT, capture_output=True, text=True, check=False)
     assert run.stdout.startswith("Transformer Katas") and "Traceback" not in run.stderr and "Error" not in run.stderr
+
+
+# --------------------------------------------------------------------------- errors of the commands
+
+
+def said(command: str, **env) -> str:
+    """What `command` (run in the repository) prints on stderr and stdout, less make's own line."""
+    run = subprocess.run(
+        command, shell=True, cwd=ROOT, capture_output=True, text=True, check=False, env={**os.environ, **env}
+    )
+    return "\n".join(line for line in (run.stderr + run.stdout).splitlines() if not line.startswith("make: ***"))
+
+
+@pytest.mark.parametrize(
+    ("command", "chinese_line"),
+    [
+        ("make -s check", "grader.py: 错误：请指定题目，例如 make check KATA=causal_mask（题目有："),
+        ("make -s grade PYTHON=/bin/false", "错误：/bin/false 缺少依赖；请这样装上其余的："),
+        (
+            ".venv/bin/python grader.py --seed x",
+            "grader.py: 错误：参数 --seed：无效的 int 值：'x'（见：python grader.py --help）",
+        ),
+        (
+            ".venv/bin/python grader.py --bogus",
+            "grader.py: 错误：无法识别的参数：--bogus（见：python grader.py --help）",
+        ),
+        (".venv/bin/python practice.py mock --minutes 0", "参数 --minutes：MINUTES 必须大于 0，收到的是 '0'"),
+        (".venv/bin/python practice.py frobnicate", "参数 COMMAND：无效的选项 'frobnicate'（可选："),
+    ],
+    ids=[
+        "make check, no kata",
+        "make without its dependencies",
+        "bad --seed",
+        "unknown option",
+        "bad minutes",
+        "bad command",
+    ],
+)
+def test_a_commands_error_is_one_chinese_line(command, chinese_line):
+    if command.startswith(".venv") and not (ROOT / ".venv").is_dir():
+        command = command.replace(".venv/bin/python", sys.executable, 1)
+    shown = said(command, KATAS_LANG="zh")
+    assert len(shown.splitlines()) == 1 and chinese_line in shown, shown
+    assert not english_prose(shown), shown
+
+
+def test_a_commands_error_stays_english_in_english():
+    assert said("make -s check", KATAS_LANG="en").startswith("grader.py: error: name the kata, e.g. make check KATA=")
+    assert said("make -s grade PYTHON=/bin/false", KATAS_LANG="en").startswith("error: /bin/false lacks a dependency")

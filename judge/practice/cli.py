@@ -22,7 +22,7 @@ import math
 import sys
 
 from judge.environment import require_grading_dependencies
-from judge.errors import UsageError
+from judge.errors import UsageError, usage_error
 from judge.language import tr
 from judge.places import Places
 from judge.practice.diff import diff_command
@@ -36,7 +36,7 @@ from judge.practice.watch import POLL_SECONDS, watch_command
 
 class PracticeArgumentParser(argparse.ArgumentParser):
     def error(self, message: str):
-        raise UsageError(f"{message} (see: python practice.py --help)")
+        raise usage_error(message, "python practice.py")
 
 
 def optional_int(what: str, minimum: int):
@@ -46,9 +46,13 @@ def optional_int(what: str, minimum: int):
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be a whole number, got {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                tr("{what} must be a whole number, got {text!r}", what=what, text=text)
+            ) from None
         if value < minimum:
-            raise argparse.ArgumentTypeError(f"{what} must be at least {minimum}, got {value}")
+            raise argparse.ArgumentTypeError(
+                tr("{what} must be at least {minimum}, got {value}", what=what, minimum=minimum, value=value)
+            )
         return value
 
     return parse
@@ -60,9 +64,9 @@ def optional_minutes(text: str) -> float | None:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"MINUTES must be a number of minutes, got {text!r}") from None
+        raise argparse.ArgumentTypeError(tr("MINUTES must be a number of minutes, got {text!r}", text=text)) from None
     if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"MINUTES must be more than 0, got {text!r}")
+        raise argparse.ArgumentTypeError(tr("MINUTES must be more than 0, got {text!r}", text=text))
     return value
 
 
@@ -70,9 +74,11 @@ def positive_seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--interval must be a number of seconds, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            tr("--interval must be a number of seconds, got {text!r}", text=text)
+        ) from None
     if not 0 < value < 60:
-        raise argparse.ArgumentTypeError(f"--interval must be between 0 and 60 seconds, got {text!r}")
+        raise argparse.ArgumentTypeError(tr("--interval must be between 0 and 60 seconds, got {text!r}", text=text))
     return value
 
 
@@ -166,7 +172,7 @@ def main(argv: list[str]) -> int:
             require_grading_dependencies()
         return COMMANDS[args.command](args, Places.default())
     except UsageError as error:
-        print(f"practice.py: error: {error}", file=sys.stderr)
+        print(tr("{command}: error: {message}", command="practice.py", message=error), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("\n" + tr("Stopped. Bye!"), file=sys.stderr)

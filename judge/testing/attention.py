@@ -43,11 +43,11 @@ def attention_shapes(rng: random.Random, count: int, largest: int = 13) -> list[
 # Named edge cases, run every time: each size 1 in turn, more queries than keys (causal
 # rows past the last key), no leading dims and two of them, odd sizes throughout.
 EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
-    edge("odd sizes, two leading dims", lead=[3, 5], L=9, S=7, E=11, Ev=13),
-    edge("value size 1, more queries than keys", lead=[3], L=7, S=2, E=4, Ev=1),
-    edge("head size 1", lead=[2, 4], L=3, S=6, E=1, Ev=5),
-    edge("one key", lead=[2], L=4, S=1, E=3, Ev=5),
-    edge("one query", lead=[], L=1, S=5, E=3, Ev=4),
+    edge("odd sizes, two leading dims", "奇数尺寸，两个前导维", lead=[3, 5], L=9, S=7, E=11, Ev=13),
+    edge("value size 1, more queries than keys", "value 维度为 1，查询比键多", lead=[3], L=7, S=2, E=4, Ev=1),
+    edge("head size 1", "头维度为 1", lead=[2, 4], L=3, S=6, E=1, Ev=5),
+    edge("one key", "只有一个键", lead=[2], L=4, S=1, E=3, Ev=5),
+    edge("one query", "只有一个查询", lead=[], L=1, S=5, E=3, Ev=4),
 )
 
 

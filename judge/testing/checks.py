@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -9,6 +11,14 @@ from judge.language import tr
 from judge.testing.tolerances import SINGLE_OP
 
 MESSAGE_LIMIT = 600  # characters of a value's repr kept in a failure message
+_GRADIENT = re.compile(r"the gradient of `(.+)`")
+
+
+def label(what: str) -> str:
+    """What a message calls a compared value: an output's name as it is in the code, and
+    "the gradient of `x`" (a key the tests share) in the learner's language."""
+    match = _GRADIENT.fullmatch(what)
+    return tr("the gradient of `{name}`", name=match[1]) if match else what
 
 
 class Mismatch(AssertionError):
@@ -58,12 +68,12 @@ def check_tensor_kind(actual, expected: torch.Tensor, *, call: str, what: str) -
             tr(
                 "{call} returned {what} of type {kind}, expected a tensor: {value}",
                 call=call,
-                what=what,
+                what=label(what),
                 kind=kind,
                 value=_short(actual),
             )
         )
-    facts = {"call": call, "what": what}
+    facts = {"call": call, "what": label(what)}
     if actual.shape != expected.shape:
         raise mismatch(
             tr(
@@ -132,7 +142,7 @@ def _compare(actual, expected: torch.Tensor, *, call: str, what: str, tolerance:
                 tr(
                     "{call} returned {what} with {name} at index {where} ({count} of {total} elements); expected {want}",
                     call=call,
-                    what=what,
+                    what=label(what),
                     name=name,
                     where=where,
                     count=int(wrong.sum()),
@@ -152,7 +162,7 @@ def _compare(actual, expected: torch.Tensor, *, call: str, what: str, tolerance:
             "{call} returned wrong {what}: {count} of {total} elements are off; the worst is at index {worst}: "
             "got {got}, expected {want}, off by {off} (allowed: {atol} + {rtol} * |expected|)",
             call=call,
-            what=what,
+            what=label(what),
             count=int(off.sum()),
             total=off.numel(),
             worst=worst,
@@ -194,7 +204,7 @@ def assert_equal_mask(actual, expected: torch.Tensor, *, call: str, what: str = 
             "{call} returned a wrong {what}: it differs at {count} of {total} positions; "
             "first at index {where}: got {got}, expected {want}",
             call=call,
-            what=what,
+            what=label(what),
             count=int(wrong.sum()),
             total=wrong.numel(),
             where=where,
@@ -247,8 +257,17 @@ def assert_raises_value_error(build, *, call: str, reason: str) -> None:
     except (NotImplementedError, ForbiddenCallError):
         raise
     except Exception as error:  # noqa: BLE001 - the message names what was raised instead
-        raise AssertionError(f"{call} raised {type(error).__name__}: {error}; expected ValueError ({reason})") from None
-    raise AssertionError(f"{call} returned normally; expected ValueError ({reason})")
+        raise AssertionError(
+            tr(
+                "{call} raised {name}: {error}; expected {expected} ({reason})",
+                call=call,
+                name=type(error).__name__,
+                error=error,
+                expected="ValueError",
+                reason=reason,
+            )
+        ) from None
+    raise AssertionError(tr("{call} returned normally; expected ValueError ({reason})", call=call, reason=reason))
 
 
 # --------------------------------------------------------------------------- devices

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from judge.language import tr
 from judge.testing.checks import call_repr, describe, judge_on_device
 from judge.testing.diagnosis import diagnosing
 from judge.testing.scenarios import scenario
@@ -105,8 +106,16 @@ def tuple_of(*names: str) -> Callable:
 
     def outputs(result, text: str) -> dict:
         if not isinstance(result, (tuple, list)) or len(result) != len(names):
-            what = "a pair" if len(names) == 2 else f"a tuple of {len(names)}"
-            raise AssertionError(f"{text} returned {describe(result)}; expected {what} ({', '.join(names)})")
+            what = tr("a pair") if len(names) == 2 else tr("a tuple of {count}", count=len(names))
+            raise AssertionError(
+                tr(
+                    "{call} returned {got}; expected {what} ({names})",
+                    call=text,
+                    got=describe(result),
+                    what=what,
+                    names=", ".join(names),
+                )
+            )
         return dict(zip(names, result))
 
     return outputs
@@ -227,11 +236,13 @@ class FunctionKata:
         label = {w: (names[w] if isinstance(w, int) and w < len(names) else str(w)) for w in wrt}
         if not got["requires_grad"]:
             which = ", ".join(label.values())
-            raise AssertionError(f"{text}: the result does not require grad; autograd lost track of {which}")
+            raise AssertionError(
+                tr("{call}: the result does not require grad; autograd lost track of {which}", call=text, which=which)
+            )
         found = {}
         for where in wrt:
             if got["grads"].get(where) is None:
-                raise AssertionError(f"{text}: no gradient reached `{label[where]}`")
+                raise AssertionError(tr("{call}: no gradient reached `{name}`", call=text, name=label[where]))
             found[f"the gradient of `{label[where]}`"] = got["grads"][where]
         return found
 
@@ -263,7 +274,13 @@ def assert_inputs_unchanged(text: str, sent: dict, came: dict) -> None:
     call left them) with exactly its values: inputs belong to the caller."""
     for name, before in sent.items():
         if isinstance(before, torch.Tensor) and not before.is_meta and not same_values(before, came.get(name)):
-            raise AssertionError(f"{text} modified its `{name}` argument in place; work on a copy or an out-of-place op")
+            raise AssertionError(
+                tr(
+                    "{call} modified its `{name}` argument in place; work on a copy or an out-of-place op",
+                    call=text,
+                    name=name,
+                )
+            )
 
 
 def raises(kata_name: str, kata, symbol: str, expected: type, args: tuple, kwargs: dict, *, reason: str, text: str) -> None:
@@ -273,10 +290,25 @@ def raises(kata_name: str, kata, symbol: str, expected: type, args: tuple, kwarg
     def check(implementation) -> dict:
         got = raised(implementation, symbol, args, kwargs)
         if "returned" in got:
-            raise AssertionError(f"{text} returned {describe(got['returned'])}; expected {expected.__name__} ({reason})")
+            raise AssertionError(
+                tr(
+                    "{call} returned {got}; expected {error} ({reason})",
+                    call=text,
+                    got=describe(got["returned"]),
+                    error=expected.__name__,
+                    reason=reason,
+                )
+            )
         if expected.__name__ not in got["raised"]:
             raise AssertionError(
-                f"{text} raised {got['raised'][0]}: {got['message']}; expected {expected.__name__} ({reason})"
+                tr(
+                    "{call} raised {name}: {error}; expected {expected} ({reason})",
+                    call=text,
+                    name=got["raised"][0],
+                    error=got["message"],
+                    expected=expected.__name__,
+                    reason=reason,
+                )
             )
         return {}
 

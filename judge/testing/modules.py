@@ -81,10 +81,10 @@ def hidden_sizes(rng, count: int) -> list[dict]:
 # Named edge cases every module kata runs every time, beside the random draws: the sizes
 # where a slip in splitting heads, broadcasting masks or aligning queries shows.
 EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
-    edge("odd head size, more queries than keys", B=2, L=7, S=3, E=10, H=2, F=13),
-    edge("head size 1", B=2, L=4, S=6, E=3, H=3, F=5),
-    edge("one head", B=3, L=5, S=4, E=5, H=1, F=7),
-    edge("one sequence, one position", B=1, L=1, S=1, E=6, H=2, F=9),
+    edge("odd head size, more queries than keys", "奇数的头维度，查询比键多", B=2, L=7, S=3, E=10, H=2, F=13),
+    edge("head size 1", "头维度为 1", B=2, L=4, S=6, E=3, H=3, F=5),
+    edge("one head", "只有一个头", B=3, L=5, S=4, E=5, H=1, F=7),
+    edge("one sequence, one position", "一条序列，一个位置", B=1, L=1, S=1, E=6, H=2, F=9),
 )
 CASES = CaseTable(draw=hidden_sizes, edges=EDGES, draws=2)
 
@@ -217,20 +217,35 @@ def parameter_problem(expected: dict, found: dict, *, what: str, asks: str, buil
         for depth in range(1, len(path) + 1):
             if ".".join(path[:depth]) not in submodules:
                 where = ".".join([what, *path[: depth - 1]])
-                return f"{where} has no submodule `{path[depth - 1]}`; the kata asks for {asks}"
-        return f"{'.'.join([built, *path])} has no parameter `{leaf}` (expected one of shape {list(tensor.shape)})" + (
-            "; with bias=True every Linear and LayerNorm has a bias" if leaf == "bias" else ""
-        )
+                return tr(
+                    "{where} has no submodule `{name}`; the kata asks for {asks}",
+                    where=where,
+                    name=path[depth - 1],
+                    asks=asks,
+                )
+        return tr(
+            "{where} has no parameter `{name}` (expected one of shape {shape})",
+            where=".".join([built, *path]),
+            name=leaf,
+            shape=list(tensor.shape),
+        ) + (tr("; with bias=True every Linear and LayerNorm has a bias") if leaf == "bias" else "")
     for name, shape in have.items():
         if name not in expected:
-            return (
-                f"{built} has a parameter `{name}` of shape {shape} that PyTorch's module has no counterpart for; "
-                f"the kata asks for {asks}" + (" (with bias=False: no bias in any Linear or LayerNorm)" if name.endswith("bias") else "")
-            )
+            return tr(
+                "{built} has a parameter `{name}` of shape {shape} that PyTorch's module has no counterpart for; "
+                "the kata asks for {asks}",
+                built=built,
+                name=name,
+                shape=shape,
+                asks=asks,
+            ) + (tr(" (with bias=False: no bias in any Linear or LayerNorm)") if name.endswith("bias") else "")
         if list(shape) != list(expected[name].shape):
-            return (
-                f"{built}.{name} has shape {shape}, expected {list(expected[name].shape)} "
-                "(nn.Linear(in, out) keeps its weight as [out, in])"
+            return tr(
+                "{built}.{name} has shape {shape}, expected {want} (nn.Linear(in, out) keeps its weight as [out, in])",
+                built=built,
+                name=name,
+                shape=shape,
+                want=list(expected[name].shape),
             )
     return "the parameters do not match"  # not reached: the kata process found a difference
 
@@ -345,9 +360,12 @@ def assert_close_where_defined(
 def assert_dropout_is_active(first: torch.Tensor, second: torch.Tensor, *, call: str) -> None:
     if torch.equal(first, second):
         raise AssertionError(
-            f"two calls of {call} in train() mode returned the same output; with dropout > 0 training "
-            "should zero random activations, so two calls differ (use nn.Dropout or F.dropout with "
-            "training=self.training)"
+            tr(
+                "two calls of {call} in train() mode returned the same output; with dropout > 0 training "
+                "should zero random activations, so two calls differ (use nn.Dropout or F.dropout with "
+                "training=self.training)",
+                call=call,
+            )
         )
 
 
@@ -526,7 +544,10 @@ def check(mk: ModuleKata, kata, built: Built, inputs: dict, *, float64_throughou
             for what, expected in want.items():
                 if expected is None:
                     if got.get(what) is not None:
-                        raise AssertionError(f"{text} returned {what} {describe(got[what])}; expected None")
+                        shown = describe(got[what])
+                        raise AssertionError(
+                            tr("{call} returned {what} {got}; expected None", call=text, what=what, got=shown)
+                        )
                     continue
                 expected = expected.to(dtype=first.dtype, device=first.device)
                 assert_close_where_defined(
@@ -652,10 +673,12 @@ def check_gradients(mk: ModuleKata, kata, built: Built, inputs: dict, upstream, 
     def learner(implementation) -> dict:
         got = built_module(mk, built, gradients(implementation, built.recipe, inputs, kwargs, upstream, mk.output))
         if not got["requires_grad"]:
-            raise AssertionError(f"{text}: the output does not require grad; autograd lost track of the inputs")
+            raise AssertionError(
+                tr("{call}: the output does not require grad; autograd lost track of the inputs", call=text)
+            )
         for name in inputs:
             if got["grads"].get(name) is None:
-                raise AssertionError(f"{text}: no gradient reached `{name}`")
+                raise AssertionError(tr("{call}: no gradient reached `{name}`", call=text, name=name))
         return {f"the gradient of `{name}`": got["grads"][name] for name in inputs}
 
     with diagnosing(mk.kata, learner, built.case):

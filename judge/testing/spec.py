@@ -72,10 +72,10 @@ class _Judged:
 
     def __exit__(self, kind, error, traceback):
         if isinstance(error, Exception) and not isinstance(error, _UNNAMED) and not getattr(error, "case_named", False):
-            error.args = (f"{self.case}: {error}",)  # in place: its type and its diagnosis stay
+            error.args = (tr("{case}: {text}", case=self.case, text=error),)  # in place: its type and diagnosis stay
             if hasattr(error, "kata_error"):  # raised by the kata: the learner reads the kata process's text
                 kind, name, text = error.kata_error
-                error.kata_error = (kind, name, f"{self.case}: {text}")
+                error.kata_error = (kind, name, tr("{case}: {text}", case=self.case, text=text))
             error.case_named = True
         return False
 
