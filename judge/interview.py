@@ -7,13 +7,10 @@ so the conventions are judged too, just not counted.
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
 from judge.language import tr
 from judge.protocol import KataResult, Status, Tier
-
-CONVENTIONS_HEAD = re.compile(r"^\s*Conventions\b.*:\s*$")
 
 
 def core_only(result: KataResult) -> KataResult:
@@ -40,51 +37,16 @@ def core_only(result: KataResult) -> KataResult:
     return replace(result, score=passed / total, passed=passed, total=total, failures=failures)
 
 
-def stub_conventions(stub: str) -> list[str]:
-    """The items of the stub docstring's "Conventions" block, one line each."""
-    items: list[str] = []
-    inside, indent = False, None
-    for line in stub.splitlines():
-        if CONVENTIONS_HEAD.match(line):
-            inside, indent = True, None
-            continue
-        if not inside:
-            continue
-        text = line.strip()
-        if not text or text.startswith('"""'):
-            inside = False
-            continue
-        if text.startswith("- "):
-            items.append(text[2:])
-            indent = len(line) - len(line.lstrip())
-        elif items and indent is not None and len(line) - len(line.lstrip()) > indent:
-            items[-1] += " " + text
-        else:
-            inside = False
-    return items
-
-
-def conventions_note(result: KataResult, stub: str) -> list[str]:
-    """After an interview's verdict: what a production version would add (the stub's
-    conventions), how many of them this file meets, and which it misses. Nothing for a
-    verdict that judged no convention."""
+def conventions_note(result: KataResult) -> list[str]:
+    """After an interview's verdict: what a production version would add (the kata's
+    convention tests, by title), how many of them this file meets, and each one's result.
+    Nothing for a verdict that judged no convention."""
     judged = result.tiers.get(Tier.CONVENTIONS.value)
     if result.status not in (Status.PASS, Status.FAIL) or not judged or not judged["total"]:
         return []
-    items = stub_conventions(stub)
-    facts = {"passed": judged["passed"], "total": judged["total"]}
-    if items:
-        lines = [
-            tr(
-                "a production version would add (not counted in an interview; "
-                "{passed} of {total} convention tests pass):",
-                **facts,
-            ),
-            *[f"  - {item}" for item in items],
-        ]
-    else:
-        lines = [tr("conventions, not counted in an interview: {passed} of {total} tests pass", **facts)]
-    missed = [f["name"] for f in result.failures if f.get("tier") == Tier.CONVENTIONS.value]
-    if missed:
-        lines.append(tr("missed here: {names}", names="; ".join(missed)))
-    return lines
+    head = tr(
+        "a production version would add (not counted in an interview; {passed} of {total} convention tests pass):",
+        passed=judged["passed"],
+        total=judged["total"],
+    )
+    return [head, *(f"  {'✓' if passed else '✗'} {title}" for title, passed in judged.get("titles", {}).items())]

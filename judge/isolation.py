@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from judge.language import tr
 from judge.protocol import Begin, EventTail, TestReport
 
 TAIL_CHARS = 400  # characters of a dead process's output shown in its message
@@ -399,24 +400,25 @@ def thread_count() -> int | None:
 
 # --------------------------------------------------------------------------- what a dead process left
 
-SIGNAL_MEANINGS = {
-    signal.SIGSEGV: "a segmentation fault",
-    signal.SIGKILL: "out of memory?",
-    signal.SIGABRT: "an abort in native code",
-}
-
 
 def exit_reason(returncode: int | None) -> str:
+    """How a process ended, in the learner's language."""
     if returncode is None:
-        return "killed"
+        return tr("killed")
     if returncode < 0:
         try:
             number = signal.Signals(-returncode)
         except ValueError:
-            return f"killed by signal {-returncode}"
-        meaning = SIGNAL_MEANINGS.get(number)
-        return f"killed by {number.name}" + (f": {meaning}" if meaning else "")
-    return f"exit code {returncode}"
+            return tr("killed by signal {number}", number=-returncode)
+        meanings = {
+            signal.SIGSEGV: tr("a segmentation fault"),
+            signal.SIGKILL: tr("out of memory?"),
+            signal.SIGABRT: tr("an abort in native code"),
+        }
+        if number in meanings:
+            return tr("killed by {signal}: {meaning}", signal=number.name, meaning=meanings[number])
+        return tr("killed by {signal}", signal=number.name)
+    return tr("exit code {code}", code=returncode)
 
 
 def log_tail(path: Path) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from judge.forbidden import Rules, refuse_escape_hatches, remove, union
+from judge.language import tr
 
 
 class KataLoadError(Exception):
@@ -27,7 +28,7 @@ def load_kata(path: Path, *symbols: str):
     Raises KataLoadError with a one-line reason when the file is missing, fails to import
     (syntax error, exception at import time) or does not define one of `symbols`."""
     if not path.is_file():
-        raise KataLoadError(f"no file {path}")
+        raise KataLoadError(tr("no file {path}", path=path))
     module_name = f"kata_under_test_{path.stem}"
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
@@ -39,10 +40,12 @@ def load_kata(path: Path, *symbols: str):
     except BaseException as error:  # noqa: BLE001 - a kata may raise anything at import
         if isinstance(error, KeyboardInterrupt):
             raise
-        raise KataLoadError(f"importing {path} raised {type(error).__name__}: {error}") from error
+        raise KataLoadError(
+            tr("importing {path} raised {name}: {error}", path=path, name=type(error).__name__, error=error)
+        ) from error
     for symbol in symbols:
         if not hasattr(module, symbol):
-            raise KataLoadError(f"{path} defines no `{symbol}`")
+            raise KataLoadError(tr("{path} defines no `{symbol}`", path=path, symbol=symbol))
     return module
 
 
@@ -61,7 +64,7 @@ def load_denied(path: Path, symbols: dict[str, Rules], kata_name: str, private_d
         enclose(private_dir, threads=rules.threads and not rules.autograd)
     baseline = torch_state()
     module = load_kata(path, *symbols)
-    restore_torch_state(baseline, when=f"importing {path.name}")
+    restore_torch_state(baseline, when=tr("importing {file}", file=path.name))
     return module, baseline
 
 
@@ -90,6 +93,12 @@ def restore_torch_state(baseline: dict, *, when: str) -> None:
     torch.set_num_threads(baseline["number of threads"])
     name = changed[0]
     raise TorchStateChanged(
-        f"{when} changed torch's {name} from {baseline[name]} to {now[name]} and left it so; "
-        "restore global settings (e.g. with a context manager) or avoid them"
+        tr(
+            "{when} changed torch's {name} from {before} to {after} and left it so; "
+            "restore global settings (e.g. with a context manager) or avoid them",
+            when=when,
+            name=name,
+            before=baseline[name],
+            after=now[name],
+        )
     )

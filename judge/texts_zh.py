@@ -205,6 +205,38 @@ ZH: dict[str, str] = {
     "hidden case '{desc}' ({sizes})": "隐藏用例“{desc}”（{sizes}）",
     "random draw {n}": "随机抽取 {n}",
     "{case}: {text}": "{case}：{text}",
+    "{message}. {hint}": "{message}。{hint}",
+    " on the meta device (a stand-in for CUDA here)": " 在 meta 设备上（此处代替 CUDA）",
+    "{where}: {text}": "{where}：{text}",
+    # judge/isolation.py: how a process ended
+    "killed": "被杀掉了",
+    "killed by signal {number}": "被信号 {number} 杀掉了",
+    "killed by {signal}: {meaning}": "被 {signal} 杀掉了：{meaning}",
+    "killed by {signal}": "被 {signal} 杀掉了",
+    "a segmentation fault": "段错误",
+    "out of memory?": "内存不足？",
+    "an abort in native code": "原生代码中的 abort",
+    "exit code {code}": "退出码 {code}",
+    # judge/loading.py and judge/remote: loading the kata, and its process
+    "no file {path}": "没有文件 {path}",
+    "importing {path} raised {name}: {error}": "导入 {path} 时抛出了 {name}: {error}",
+    "{path} defines no `{symbol}`": "{path} 没有定义 `{symbol}`",
+    "importing {file}": "导入 {file}",
+    "the kata": "该题目的代码",
+    "{when} changed torch's {name} from {before} to {after} and left it so; "
+    "restore global settings (e.g. with a context manager) or avoid them": (
+        "{when}把 torch 的 {name} 从 {before} 改成了 {after}，而且没有改回去；"
+        "请恢复全局设置（例如用上下文管理器），或者干脆不要改它们"
+    ),
+    "the kata process was let go: the tests of this kata are over": "该题目的进程已被释放：这道题的测试已经结束",
+    "the kata killed the fork server of kata processes, its parent": "该题目的代码杀掉了它的父进程，也就是题目进程的 fork 服务器",
+    "the kata process died ({reason})": "该题目的进程死掉了（{reason}）",
+    "a {kind} tensor cannot be judged: return a dense tensor (e.g. .to_dense(), .dequantize())": (
+        "无法评判 {kind} 张量：请返回稠密张量（例如 .to_dense()、.dequantize()）"
+    ),
+    "the answer nests deeper than {depth} levels or holds more than {count} values": (
+        "返回结果的嵌套超过 {depth} 层，或包含超过 {count} 个值"
+    ),
     "the gradient of `{name}`": "`{name}` 的梯度",
     "{call} returned normally; expected ValueError ({reason})": "{call} 正常返回了；应当抛出 ValueError（{reason}）",
     "{call} raised {name}: {error}; expected {expected} ({reason})": (
@@ -289,8 +321,6 @@ ZH: dict[str, str] = {
     "a production version would add (not counted in an interview; {passed} of {total} convention tests pass):": (
         "生产级的版本还会加上（面试中不计分；规范测试 {total} 个中通过 {passed} 个）："
     ),
-    "missed here: {names}": "这里没做到：{names}",
-    "conventions, not counted in an interview: {passed} of {total} tests pass": "工程规范（面试中不计分）：{total} 个测试中通过 {passed} 个",
     "Mock interview {id}: {katas} in {time} (seed {seed})": "模拟面试 {id}：{katas}，限时 {time}（种子 {seed}）",
     "Workspace: {folder}/   (your katas/ are not touched)": "工作目录：{folder}/   （不会改动你的 katas/）",
     "{number}. {name}  {stars}  {minutes:>3} min  {title}": "{number}. {name}  {stars}  {minutes:>3} 分钟  {title}",

@@ -216,15 +216,19 @@ def classify(name: str, events: list[Event], end: ProcessEnd, tail: str, limits:
 
 
 def tier_counts(tests: dict[str, str], tiers: dict[str, str], reports: dict[str, TestReport]) -> dict:
-    """{tier: {"passed", "total"}} over the judged tests (an undeclared tier counts as core)."""
-    counts = {str(tier): {"passed": 0, "total": 0} for tier in Tier}
-    for nodeid in tests:
+    """{tier: {"passed", "total", "titles"}} over the judged tests (an undeclared tier counts as
+    core); "titles": {a test's title without its parameters: whether each of its runs passed}."""
+    counts = {str(tier): {"passed": 0, "total": 0, "titles": {}} for tier in Tier}
+    for nodeid, name in tests.items():
         report = reports.get(nodeid)
         if report is not None and report.outcome in UNJUDGED:
             continue
         count = counts[tiers.get(nodeid, Tier.CORE)]
+        passed = report is not None and report.outcome == Outcome.PASSED
         count["total"] += 1
-        count["passed"] += report is not None and report.outcome == Outcome.PASSED
+        count["passed"] += passed
+        title = name.split(" [")[0]
+        count["titles"][title] = count["titles"].get(title, True) and passed
     return counts
 
 

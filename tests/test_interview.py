@@ -9,9 +9,10 @@ import pytest
 
 from judge.bare import bare_stub
 from judge.catalog import load_catalog
-from judge.interview import conventions_note, core_only, stub_conventions
-from judge.protocol import KataResult, Status
+from judge.interview import conventions_note, core_only
+from judge.protocol import KataResult, Outcome, Status, TestReport
 from judge.stubs import stub_text
+from judge.verdicts import tier_counts
 
 CATALOG = load_catalog()
 TICKED = re.compile(r"`([A-Za-z_][A-Za-z_0-9.]*)")
@@ -48,14 +49,25 @@ def test_other_verdicts_stand(status):
     assert core_only(result) is result
 
 
-def test_after_the_verdict_the_conventions_are_listed_with_what_was_missed():
-    stub = stub_text("multi_head_attention")
-    items = stub_conventions(stub)
-    assert items and all(item and not item.startswith("-") for item in items)
-    note = conventions_note(graded(Status.FAIL, (10, 10), (4, 5), [MISSED_HALF]), stub)
+def test_after_the_verdict_the_conventions_are_listed_with_their_results():
+    result = graded(Status.FAIL, (10, 10), (4, 5), [MISSED_HALF])
+    result.tiers["conventions"]["titles"] = {"works in half precision": False, "leaves its inputs alone": True}
+    note = conventions_note(result)
     assert note[0].startswith("a production version would add (not counted in an interview; 4 of 5")
-    assert note[1:-1] == [f"  - {item}" for item in items]
-    assert note[-1] == "missed here: works in half precision [float16]"
+    assert note[1:] == ["  ✗ works in half precision", "  ✓ leaves its inputs alone"]
+
+
+def test_a_verdict_counts_each_tests_runs_under_its_title():
+    tests = {"a[float32]": "leaves its inputs alone [float32]", "a[float64]": "leaves its inputs alone [float64]"}
+    tests |= {"b": "matches the reference"}
+    reports = {
+        "a[float32]": TestReport("a[float32]", "", Outcome.PASSED),
+        "a[float64]": TestReport("a[float64]", "", Outcome.FAILED),
+        "b": TestReport("b", "", Outcome.PASSED),
+    }
+    counts = tier_counts(tests, {"a[float32]": "conventions", "a[float64]": "conventions", "b": "core"}, reports)
+    assert counts["conventions"] == {"passed": 1, "total": 2, "titles": {"leaves its inputs alone": False}}
+    assert counts["core"] == {"passed": 1, "total": 1, "titles": {"matches the reference": True}}
 
 
 @pytest.mark.parametrize("kata", CATALOG, ids=lambda k: k.name)

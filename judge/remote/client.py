@@ -22,6 +22,7 @@ import torch
 from judge.failures import ThreadLeftRunning, failure_text, kind_of
 from judge.forbidden import ForbiddenCallError
 from judge.isolation import ATTACKED, exit_reason
+from judge.language import tr
 from judge.loading import KataLoadError, TorchStateChanged
 from judge.remote.wire import ChannelClosed, dump_request, load_answer, recv_frame, send_frame, tag_of
 from judge.remote.zygote import Zygote
@@ -133,7 +134,7 @@ class KataProcess:
 
     def request(self, op: str, **args):
         if self.closed:
-            raise KataDied("the kata process was let go: the tests of this kata are over")
+            raise KataDied(tr("the kata process was let go: the tests of this kata are over"))
         try:
             send_frame(self.sock, dump_request({"op": op, "args": args}))
             answer = load_answer(recv_frame(self.sock))
@@ -151,14 +152,14 @@ class KataProcess:
         if self.mirror_death:
             sys.stdout.flush()
             os._exit(ATTACKED)
-        raise KataDied("the kata killed the fork server of kata processes, its parent")
+        raise KataDied(tr("the kata killed the fork server of kata processes, its parent"))
 
     def died(self):
         status = self.zygote.status(self.pid)
         if self.mirror_death and status is not None:
             mirror_death(status)
         reason = exit_reason(os.waitstatus_to_exitcode(status) if status is not None else None)
-        raise KataDied(f"the kata process died ({reason})")
+        raise KataDied(tr("the kata process died ({reason})", reason=reason))
 
     def load(self, path: str, kata: str, symbols: dict, tests: tuple) -> RemoteKata:
         """Have the kata process import the kata file, with what its symbols' rules forbid

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from judge import forbidden
+from judge.language import tr
 from judge.loading import load_denied, restore_torch_state
 from judge.remote.wire import ChannelClosed, dump_answer, load_request, opaque, recv_frame, send_frame, tagged
 from judge.testing.scenarios import run_here
@@ -117,7 +118,7 @@ class KataServer:
     def op_end_test(self) -> dict:
         """What a test leaves behind here: torch's state changed, a refusal unreported (threads
         left running are counted by the judge, from /proc)."""
-        restore_torch_state(self.baseline, when="the kata")
+        restore_torch_state(self.baseline, when=tr("the kata"))
         if refused := forbidden.TRIPPED[self.test_start :]:
             raise forbidden.ForbiddenCallError(refused[0])
         return {}

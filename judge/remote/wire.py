@@ -20,6 +20,8 @@ import struct
 
 import torch
 
+from judge.language import tr
+
 TAG = "§kata"
 _HEADER = struct.Struct("<Q")
 _DTYPES = {str(dtype): dtype for dtype in vars(torch).values() if isinstance(dtype, torch.dtype)}
@@ -123,7 +125,9 @@ def _describe(value, storages: dict):
 def _tensor(tensor: torch.Tensor, storages: dict) -> dict:
     if tensor.layout != torch.strided or tensor.is_quantized or tensor.is_nested:
         kind = "nested" if tensor.is_nested else "quantized" if tensor.is_quantized else str(tensor.layout)
-        raise WireError(f"a {kind} tensor cannot be judged: return a dense tensor (e.g. .to_dense(), .dequantize())")
+        raise WireError(
+            tr("a {kind} tensor cannot be judged: return a dense tensor (e.g. .to_dense(), .dequantize())", kind=kind)
+        )
     tensor = tensor.detach()
     if tensor.is_neg() or tensor.is_conj():  # a lazy negation or conjugation: its storage holds the other values
         tensor = tensor.resolve_neg().resolve_conj()
@@ -159,7 +163,13 @@ def _unpack(message: dict):
 def _rebuild(value, storages: list, moved: dict, depth: int = 0):
     moved["§budget"] -= 1
     if depth > MAX_DEPTH or moved["§budget"] < 0:
-        raise WireError(f"the answer nests deeper than {MAX_DEPTH} levels or holds more than {MAX_VALUES} values")
+        raise WireError(
+            tr(
+                "the answer nests deeper than {depth} levels or holds more than {count} values",
+                depth=MAX_DEPTH,
+                count=MAX_VALUES,
+            )
+        )
     depth += 1
     if isinstance(value, dict):
         kind = value.get(TAG)

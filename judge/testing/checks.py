@@ -122,7 +122,7 @@ def assert_close(
         _compare(actual, expected, call=call, what=what, tolerance=tolerance, project=project)
     except AssertionError as error:
         if hint:
-            error.args = (f"{error}. {hint}",)
+            error.args = (tr("{message}. {hint}", message=error, hint=hint),)
         raise
 
 
@@ -291,7 +291,9 @@ META_DATA_ERRORS = (
 )
 
 
-STAND_IN = " on the meta device (a stand-in for CUDA here)"
+def stand_in() -> str:
+    """What a call on the meta device is said to be, in the learner's language."""
+    return tr(" on the meta device (a stand-in for CUDA here)")
 # Errors that say tensors of two devices were mixed: a real slip, raised on a GPU too.
 DEVICE_MIXING = ("same device", "expected device", "found at least two devices", "on device cpu")
 META_ONLY = (
@@ -318,7 +320,7 @@ def judge_on_device(run, device: str, *, expected, compare) -> None:
 
     def kinds(text: str, got: dict) -> None:
         for what, want in expected("cpu").items():  # computed where there are values, then its kind on meta
-            check_tensor_kind(got[what], want.to("meta"), call=text + STAND_IN, what=what)
+            check_tensor_kind(got[what], want.to("meta"), call=text + stand_in(), what=what)
 
     if device != "meta":
         run(device, values)
@@ -333,7 +335,7 @@ def judge_on_device(run, device: str, *, expected, compare) -> None:
         if kind != ErrorKind.RAISED and not reads_values:
             raise
         if any(words in text.lower() for words in DEVICE_MIXING):
-            error.kata_error = (kind, name, f"{STAND_IN.strip()}: {text}")
+            error.kata_error = (kind, name, tr("{where}: {text}", where=stand_in().strip(), text=text))
             raise
         try:
             run("cpu", lambda text, got: None)
