@@ -208,6 +208,17 @@ ZH: dict[str, str] = {
     "{message}. {hint}": "{message}。{hint}",
     " on the meta device (a stand-in for CUDA here)": " 在 meta 设备上（此处代替 CUDA）",
     "{where}: {text}": "{where}：{text}",
+    # judge/testing/attention.py: which gradient of attention is off first, and what that says
+    "grad_value needs only the weights and grad_output: check the recomputed weights "
+    "(scale, causal mask) and the transpose.": (
+        "grad_value 只依赖 weights 和 grad_output：检查重新计算的 weights（缩放、因果掩码）以及转置。"
+    ),
+    "grad_value is right, so the weights are: check the softmax backward and the scale.": (
+        "grad_value 是对的，所以 weights 也是对的：检查 softmax 的反向和缩放。"
+    ),
+    "grad_query is right, so grad_scores is: check the transpose and the scale in grad_key.": (
+        "grad_query 是对的，所以 grad_scores 也是对的：检查 grad_key 里的转置和缩放。"
+    ),
     # judge/isolation.py: how a process ended
     "killed": "被杀掉了",
     "killed by signal {number}": "被信号 {number} 杀掉了",

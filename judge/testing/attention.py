@@ -10,6 +10,7 @@ import random
 import torch
 import torch.nn.functional as F
 
+from judge.language import tr
 from judge.testing.checks import assert_close, check_tensor_kind
 from judge.testing.inputs import randn
 from judge.testing.spec import CaseTable, core_dtype, edge
@@ -113,12 +114,17 @@ def eager_gradients(query, key, value, grad_output, *, is_causal=False, scale=No
     return {name: grad.to(query.dtype) for name, grad in zip(GRADIENTS, grads)}
 
 
-HINTS = {
-    "grad_value": "grad_value needs only the weights and grad_output: check the recomputed weights "
-    "(scale, causal mask) and the transpose.",
-    "grad_query": "grad_value is right, so the weights are: check the softmax backward and the scale.",
-    "grad_key": "grad_query is right, so grad_scores is: check the transpose and the scale in grad_key.",
-}
+def gradient_hint(name: str) -> str:
+    """What the first gradient found off says about where the slip is, in the learner's language."""
+    hints = {
+        "grad_value": tr(
+            "grad_value needs only the weights and grad_output: check the recomputed weights "
+            "(scale, causal mask) and the transpose."
+        ),
+        "grad_query": tr("grad_value is right, so the weights are: check the softmax backward and the scale."),
+        "grad_key": tr("grad_query is right, so grad_scores is: check the transpose and the scale in grad_key."),
+    }
+    return hints[name]
 
 
 def judge_gradients(call: str, got: dict, want: dict, *, float64_throughout: bool = False) -> None:
@@ -130,4 +136,4 @@ def judge_gradients(call: str, got: dict, want: dict, *, float64_throughout: boo
         check_tensor_kind(got[name], want[name], call=call, what=name)
     for name in ("grad_value", "grad_query", "grad_key"):
         tolerance = GRAD_TOLERANCES[core_dtype(want[name].dtype, float64_throughout)]
-        assert_close(got[name], want[name], call=call, what=name, tolerance=tolerance, hint=HINTS[name])
+        assert_close(got[name], want[name], call=call, what=name, tolerance=tolerance, hint=gradient_hint(name))
