@@ -34,6 +34,8 @@ from pathlib import Path
 
 import torch
 
+from judge.language import tr, tr_data
+
 
 class ForbiddenCallError(Exception):
     """The kata called something its task forbids. The grader's verdict: forbidden."""
@@ -207,22 +209,30 @@ def trips() -> int:
     return len(TRIPPED)
 
 
-def refuse(shown: str):
-    """Record the refusal of `shown` and raise it, naming the kata's line that led there."""
-    action = shown if shown.startswith(("turns ", "contains ")) else f"calls {shown}"
-    message = f"{_context['kata']} {action}{_where()}, which is not allowed: {_context['why']}"
-    TRIPPED.append(message)
-    raise ForbiddenCallError(message)
-
-
 def _where() -> str:
     """' (at kata.py, line 12)': the innermost line of the kata's file on the stack."""
     frame = sys._getframe(2)
     while frame is not None:
         if _context["file"] and frame.f_code.co_filename == _context["file"]:
-            return f" (at {Path(_context['file']).name}, line {frame.f_lineno})"
+            return tr(" (at {file}, line {line})", file=Path(_context["file"]).name, line=frame.f_lineno)
         frame = frame.f_back
     return ""
+
+
+def refuse(shown: str = "", *, action: str = "", _tr=tr, _tr_data=tr_data, _where=_where):
+    """Record the refusal of a call of `shown` (or of what `action` says the kata did) and
+    raise it, naming the kata's line that led there; in the learner's language. Its helpers
+    are bound here, like refuse in the kernels: a kata that replaces the module's functions
+    changes nothing of a refusal."""
+    message = _tr(
+        "{kata} {action}{where}, which is not allowed: {why}",
+        kata=_context["kata"],
+        action=action or _tr("calls {shown}", shown=shown),
+        where=_where(),
+        why=_tr("; ").join(_tr_data(why) for why in _context["why"].split("; ")),
+    )
+    TRIPPED.append(message)
+    raise ForbiddenCallError(message)
 
 
 def _refusing_kernel(shown: str):
@@ -493,7 +503,7 @@ class _NoInferenceMode:
 def _set_grad_enabled(mode: bool) -> None:
     """Where torch._C._set_grad_enabled was: off is where it stays."""
     if mode:
-        refuse("turns autograd on (torch.enable_grad() or grad mode)")
+        refuse(action=tr("turns autograd on (torch.enable_grad() or grad mode)"))
 
 
 def _remove_autograd() -> None:
@@ -528,8 +538,8 @@ def check_structure(module) -> None:
     classes = tuple(_resolve(name) for name in _context.get("modules", ()))
     for name, child in module.named_modules() if classes else ():
         if isinstance(child, classes):
-            where = f"self.{name}" if name else "itself"
-            refuse(f"contains an nn.{type(child).__name__} ({where})")
+            where = f"self.{name}" if name else tr("itself")
+            refuse(action=tr("contains an nn.{name} ({where})", name=type(child).__name__, where=where))
 
 
 def union(symbols: dict[str, Rules]) -> Rules:

@@ -11,6 +11,9 @@ from __future__ import annotations
 import os
 from typing import TypeVar
 
+# Imported here, not when first needed: a kata process may no longer import by then (judge.forbidden).
+from judge.texts_zh import ZH
+
 T = TypeVar("T")
 
 LANGUAGES = ("en", "zh")
@@ -36,11 +39,7 @@ def tr(template: str, /, **values) -> str:
 def tr_data(text: str) -> str:
     """A fixed English text that arrived as data (an unjudged test's reason): its Chinese version
     when there is one and the learner reads Chinese."""
-    if language() == "zh":
-        from judge.texts_zh import ZH
-
-        return ZH.get(text, text)
-    return text
+    return ZH.get(text, text) if language() == "zh" else text
 
 
 def pick(english: T, chinese: T | None) -> T:

@@ -219,6 +219,21 @@ ZH: dict[str, str] = {
     "grad_query is right, so grad_scores is: check the transpose and the scale in grad_key.": (
         "grad_query 是对的，所以 grad_scores 也是对的：检查 grad_key 里的转置和缩放。"
     ),
+    # judge/forbidden.py: a refusal, and why the kata may not call that
+    "{kata} {action}{where}, which is not allowed: {why}": "{kata} {action}{where}，这是不允许的：{why}",
+    "calls {shown}": "调用了 {shown}",
+    " (at {file}, line {line})": "（在 {file} 第 {line} 行）",
+    "turns autograd on (torch.enable_grad() or grad mode)": "打开了 autograd（torch.enable_grad() 或 grad mode）",
+    "itself": "它本身",
+    "contains an nn.{name} ({where})": "包含一个 nn.{name}（{where}）",
+    "; ": "；",
+    "this kata asks you to write attention yourself": "这道题要求你自己写注意力",
+    "this kata asks you to derive the gradients by hand": "这道题要求你手推梯度",
+    "this kata asks you to build that mask yourself": "这道题要求你自己构造这个掩码",
+    "this kata asks you to write RMSNorm yourself": "这道题要求你自己写 RMSNorm",
+    "this kata asks you to write the (log-)softmax yourself": "这道题要求你自己写 (log-)softmax",
+    "this kata asks you to write the cross-entropy yourself": "这道题要求你自己写交叉熵",
+    "this kata asks you to write the layer norm yourself": "这道题要求你自己写 layer norm",
     # judge/isolation.py: how a process ended
     "killed": "被杀掉了",
     "killed by signal {number}": "被信号 {number} 杀掉了",

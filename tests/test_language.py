@@ -416,3 +416,12 @@ def test_a_commands_error_is_one_chinese_line(command, chinese_line):
 def test_a_commands_error_stays_english_in_english():
     assert said("make -s check", KATAS_LANG="en").startswith("grader.py: error: name the kata, e.g. make check KATA=")
     assert said("make -s grade PYTHON=/bin/false", KATAS_LANG="en").startswith("error: /bin/false lacks a dependency")
+
+
+def test_every_forbidden_rules_reason_has_its_chinese():
+    """A refusal ends with why the kata may not call that (judge.forbidden's Rules.why)."""
+    from judge import forbidden
+
+    reasons = {rules.why for rules in vars(forbidden).values() if isinstance(rules, forbidden.Rules) and rules.why}
+    missing = [why for reason in reasons for why in reason.split("; ") if why not in ZH]
+    assert not missing, f"judge/texts_zh.py lacks: {missing}"
