@@ -85,10 +85,10 @@ class Server:
         while b"\n" not in self.buffer:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise ServerGone("no answer in time")
+                raise ServerGone(tr("no answer in time"))
             chunk = os.read(fd, 65536)
             if not chunk:
-                raise ServerGone("it exited")
+                raise ServerGone(tr("it exited"))
             self.buffer += chunk
         line, self.buffer = self.buffer.split(b"\n", 1)
         return line
@@ -279,7 +279,7 @@ def time_all(
                 progress("timing", result.name)
             try:
                 if server is None:
-                    raise ServerGone("no fork server")
+                    raise ServerGone(tr("no fork server"))
                 server.time(result, paths[result.name])
             except (ServerGone, ValueError, KeyError, TypeError):
                 if server is not None:

@@ -234,6 +234,28 @@ ZH: dict[str, str] = {
     "this kata asks you to write the (log-)softmax yourself": "这道题要求你自己写 (log-)softmax",
     "this kata asks you to write the cross-entropy yourself": "这道题要求你自己写交叉熵",
     "this kata asks you to write the layer norm yourself": "这道题要求你自己写 layer norm",
+    # judge/testing/modules.py: a NaN where PyTorch has a number, and what usually causes it
+    "{call} returned {what} with NaN at index {where} ({count} of {total} elements) "
+    "where PyTorch gives {want}. {hint}": (
+        "{call} 返回的 {what} 在下标 {where} 处是 NaN（{total} 个元素中有 {count} 个），而 PyTorch 给出的是 {want}。{hint}"
+    ),
+    "NaN usually comes from a softmax over a row of -inf, a query whose every key was blocked: here a boolean "
+    "mask is True where attention is BLOCKED (the opposite of F.scaled_dot_product_attention), and "
+    "key_padding_mask [B, S] blocks keys, not queries": (
+        "NaN 通常来自对一整行 -inf 做 softmax，也就是某个查询的所有键都被屏蔽了：这里布尔掩码为 True 的位置"
+        "表示注意力被屏蔽（与 F.scaled_dot_product_attention 相反），而 key_padding_mask [B, S] 屏蔽的是键，不是查询"
+    ),
+    "NaN usually comes from a softmax over a row of -inf, a query whose every key was blocked: here, as in "
+    "F.scaled_dot_product_attention, a boolean attn_mask is True where a query MAY attend (False blocks), and "
+    "is_causal blocks only the keys j > i (query i always sees key i)": (
+        "NaN 通常来自对一整行 -inf 做 softmax，也就是某个查询的所有键都被屏蔽了：这里和 "
+        "F.scaled_dot_product_attention 一样，布尔 attn_mask 为 True 的位置表示查询可以关注（False 表示屏蔽），"
+        "而 is_causal 只屏蔽 j > i 的键（查询 i 总能看到键 i）"
+    ),
+    # judge/scheduling.py: why a fork server stopped answering
+    "no answer in time": "没有按时应答",
+    "it exited": "它退出了",
+    "no fork server": "没有 fork 服务器",
     # judge/isolation.py: how a process ended
     "killed": "被杀掉了",
     "killed by signal {number}": "被信号 {number} 杀掉了",

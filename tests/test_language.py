@@ -418,10 +418,13 @@ def test_a_commands_error_stays_english_in_english():
     assert said("make -s grade PYTHON=/bin/false", KATAS_LANG="en").startswith("error: /bin/false lacks a dependency")
 
 
-def test_every_forbidden_rules_reason_has_its_chinese():
-    """A refusal ends with why the kata may not call that (judge.forbidden's Rules.why)."""
+def test_every_fixed_text_that_arrives_as_data_has_its_chinese():
+    """Texts shown through tr_data: why a refusal refuses (judge.forbidden's Rules.why), the
+    NaN hints of the attention modules."""
     from judge import forbidden
+    from judge.testing import modules
 
     reasons = {rules.why for rules in vars(forbidden).values() if isinstance(rules, forbidden.Rules) and rules.why}
-    missing = [why for reason in reasons for why in reason.split("; ") if why not in ZH]
+    texts = [why for reason in reasons for why in reason.split("; ")] + [modules.NN_NAN_HINT, modules.SDPA_NAN_HINT]
+    missing = [text for text in texts if text not in ZH]
     assert not missing, f"judge/texts_zh.py lacks: {missing}"

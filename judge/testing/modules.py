@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from judge.forbidden import check_structure
-from judge.language import tr
+from judge.language import tr, tr_data
 from judge.testing.checks import (
     Mismatch,
     assert_close,
@@ -31,6 +31,7 @@ from judge.testing.checks import (
     check_tensor_kind,
     describe,
     judge_on_device,
+    label,
 )
 from judge.testing.diagnosis import diagnosing
 from judge.testing.functions import assert_inputs_unchanged, named_call, raises
@@ -346,8 +347,17 @@ def assert_close_where_defined(
     if nan.any():
         where = tuple(int(i) for i in nan.nonzero()[0])
         raise Mismatch(
-            f"{call} returned {what} with NaN at index {where} ({int(nan.sum())} of {nan.numel()} elements) "
-            f"where PyTorch gives {expected[where].item():.6g}. {nan_hint}",
+            tr(
+                "{call} returned {what} with NaN at index {where} ({count} of {total} elements) "
+                "where PyTorch gives {want}. {hint}",
+                call=call,
+                what=label(what),
+                where=where,
+                count=int(nan.sum()),
+                total=nan.numel(),
+                want=f"{expected[where].item():.6g}",
+                hint=tr_data(nan_hint),
+            ),
             what=what,
             actual=actual,
             expected=expected,
