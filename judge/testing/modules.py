@@ -43,16 +43,18 @@ from judge.testing.tolerances import per_dtype
 # (rtol, atol) for a layer's result in the given dtype, compared with the float64 reference
 # rounded to that dtype. A layer chains matmuls, a softmax and up to three LayerNorms, so
 # these are wider than torch.testing's single-op defaults. float32, measured over 150 seeds
-# x 7 cases (the edge cases included) on the solutions and every variant: encoder and
-# decoder layers reach at most 0.14 of LAYER_TOLERANCES, the GPT-2 block 0.15 of
-# MODULE_TOLERANCES (0.45 of the layers'; GELU and LayerNorms over 3 values are its worst).
+# x 7 cases (the edge cases included) on the solutions and every variant: the GPT-2 block
+# reaches 0.15 of MODULE_TOLERANCES (GELU and LayerNorms over 3 values are its worst). The
+# encoder and decoder layers once had a third of these in float32 (0.14 of it measured), until
+# seed 392488 drew d_model 2 with eps 0.004 after a post-norm: a LayerNorm over two values,
+# whose float32 rounding the solution itself took to 1.6 of that third (0.55 of these).
 # Half precision: measured on the random draws (the edge cases run in float64).
 # The subtlest float32 mutant (tanh GELU) is off by >3e-4, and every slip is caught in
 # float64, whose tolerance stays tight.
 MODULE_TOLERANCES = per_dtype(
     float64=(1e-7, 1e-7), float32=(3e-5, 6e-5), float16=(1.5e-2, 1.5e-2), bfloat16=(1e-1, 1e-1)
 )
-LAYER_TOLERANCES = MODULE_TOLERANCES | {torch.float32: {"rtol": 1e-5, "atol": 2e-5}}
+LAYER_TOLERANCES = MODULE_TOLERANCES
 
 # --------------------------------------------------------------------------- the case table
 
