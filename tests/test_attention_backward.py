@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from judge.forbidden import AUTOGRAD
+from judge.language import pick
 from judge.testing.attention import (
     GRAD_TOLERANCES,
     GRADIENTS,
@@ -73,8 +74,12 @@ SPEC = KataSpec(
 def gradients(result, text: str) -> dict:
     """The result's form: a triple, named."""
     if not isinstance(result, (tuple, list)) or len(result) != 3:
-        expected = "a triple (grad_query, grad_key, grad_value)"
-        raise AssertionError(f"{text} returned {describe(result)}; expected {expected}")
+        raise AssertionError(
+            pick(
+                f"{text} returned {describe(result)}; expected a triple (grad_query, grad_key, grad_value)",
+                f"{text} 返回了 {describe(result)}；应返回三元组 (grad_query, grad_key, grad_value)",
+            )
+        )
     return dict(zip(GRADIENTS, result))
 
 
@@ -103,7 +108,7 @@ def without_grad(kata, args: tuple, kwargs: dict):
 # --------------------------------------------------------------------------- core
 
 
-@core
+@core(zh="梯度与经过 PyTorch 注意力的 autograd 一致")
 @dtypes(*FULL)
 def test_gradients_match_autograd_through_pytorch_attention(kata, rng, gen, dtype, device):
     for case in SPEC.cases.cases(rng):
@@ -111,7 +116,7 @@ def test_gradients_match_autograd_through_pytorch_attention(kata, rng, gen, dtyp
             check_gradients(kata, make_inputs(gen, case, dtype, device))
 
 
-@core
+@core(zh="is_causal 按左上角对齐")
 @dtypes(*FULL)
 def test_is_causal_is_top_left_aligned(kata, rng, gen, dtype, device):
     for case in SPEC.cases.cases(rng):
@@ -119,7 +124,7 @@ def test_is_causal_is_top_left_aligned(kata, rng, gen, dtype, device):
             check_gradients(kata, make_inputs(gen, case, dtype, device), is_causal=True)
 
 
-@core
+@core(zh="自定义 scale 取代默认值")
 @dtypes(*FULL)
 def test_custom_scale_replaces_the_default(kata, rng, gen, dtype, device):
     for index, case in enumerate(SPEC.cases.cases(rng)):
@@ -128,7 +133,7 @@ def test_custom_scale_replaces_the_default(kata, rng, gen, dtype, device):
             check_gradients(kata, inputs, scale=relative_scale(rng, case["E"]), is_causal=index % 2 == 1)
 
 
-@core
+@core(zh="梯度与按公式逐步写出的 autograd 参考一致")
 @dtypes(*FULL)
 def test_gradients_match_an_eager_autograd_reference(kata, rng, gen, dtype, device):
     for index, case in enumerate(SPEC.cases.cases(rng)):
@@ -142,14 +147,18 @@ def test_gradients_match_an_eager_autograd_reference(kata, rng, gen, dtype, devi
 # --------------------------------------------------------------------------- conventions
 
 
-@convention("it works under torch.no_grad(), on inputs that do not require grad")
+@convention(
+    "it works under torch.no_grad(), on inputs that do not require grad",
+    zh="在 torch.no_grad() 下、输入不需要梯度时也能工作",
+)
 def test_works_under_no_grad_on_inputs_that_do_not_require_grad(kata, rng, gen):
     """As the grader times it: the gradients come from the learner's own formulas (autograd,
     in any form, is refused by the spec's AUTOGRAD rules in every test)."""
     case = SPEC.cases.random(rng)[1]
     inputs = make_inputs(gen, case, torch.float64, "cpu")
     kwargs = {"is_causal": True, "scale": relative_scale(rng, case["E"])}
-    text = BACKWARD.text("attention_backward", inputs, kwargs) + " under torch.no_grad()"
+    call = BACKWARD.text("attention_backward", inputs, kwargs)
+    text = pick(f"{call} under torch.no_grad()", f"在 torch.no_grad() 下调用 {call}")
 
     def replay(implementation) -> dict:
         return gradients(without_grad(implementation, inputs, kwargs), text)
@@ -159,7 +168,7 @@ def test_works_under_no_grad_on_inputs_that_do_not_require_grad(kata, rng, gen):
         judge_gradients(text, replay(kata), want)
 
 
-@convention("results follow the inputs' device (a causal mask made inside too).")
+@convention("results follow the inputs' device (a causal mask made inside too).", zh="结果的 dtype 和设备与输入一致")
 def test_results_follow_the_dtype_and_device_of_the_inputs(kata, other_device):
     """Each gradient has the shape of its input, on the inputs' device, in their dtype."""
     case = SPEC.cases.edges[0]  # fixed: a verdict on the meta stand-in must not depend on the seed
@@ -176,7 +185,7 @@ def test_results_follow_the_dtype_and_device_of_the_inputs(kata, other_device):
         BACKWARD.on_device(kata, other_device, make=make, expected=expected, compare=SPEC.assert_close, sizes=sizes)
 
 
-@convention("the inputs are never changed in place.")
+@convention("the inputs are never changed in place.", zh="不修改输入")
 def test_does_not_modify_its_inputs(kata, rng, gen):
     case = SPEC.cases.random(rng)[1]
     inputs = make_inputs(gen, case, torch.float32, "cpu")
@@ -193,7 +202,7 @@ def test_does_not_modify_its_inputs(kata, rng, gen):
             check(kata)
 
 
-@convention(FLOAT64_RULE)
+@convention(FLOAT64_RULE, zh="float64 输入全程用 float64 计算")
 def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
     """float64 gradients held to float64's own tolerance, causal and not, default and custom scales."""
     for index, case in enumerate(SPEC.cases.cases(rng, 2)):

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch.autograd.gradcheck import GradcheckError
 
 from judge.forbidden import AUTOGRAD
+from judge.language import pick
 from judge.testing.attention import (
     GRAD_TOLERANCES,
     GRADIENTS,
@@ -103,13 +104,22 @@ def outcome(implementation, inputs, is_causal, scale) -> dict:
     text = apply_repr(query, key, value, is_causal, scale)
     got = steps(implementation, "AttentionFunction", (query, key, value), (is_causal, scale), grad_output)
     if not isinstance(got["output"], torch.Tensor):
-        raise AssertionError(f"{text} returned {describe(got['output'])}, expected a tensor")
+        raise AssertionError(
+            pick(
+                f"{text} returned {describe(got['output'])}, expected a tensor",
+                f"{text} 返回了 {describe(got['output'])}，应返回一个张量",
+            )
+        )
     returned = got["returned"]
     if not isinstance(returned, (tuple, list)) or len(returned) != 5:
         shown = f"({', '.join(map(describe, returned))})" if isinstance(returned, (tuple, list)) else describe(returned)
         raise AssertionError(
-            f"the backward of {text} returned {shown}; expected 5 values, one per forward "
-            "input: (grad_query, grad_key, grad_value, None, None)"
+            pick(
+                f"the backward of {text} returned {shown}; expected 5 values, one per forward "
+                "input: (grad_query, grad_key, grad_value, None, None)",
+                f"{text} 的 backward 返回了 {shown}；应返回 5 个值，forward 的每个输入各一个："
+                "(grad_query, grad_key, grad_value, None, None)",
+            )
         )
     return {"an output": got["output"], **dict(zip(GRADIENTS, returned))} | {
         "returned": returned,
@@ -133,14 +143,20 @@ def check_function(kata, inputs, is_causal, scale, *, float64_throughout=False) 
         assert_close(got["an output"], want_output, call=text, what="an output", tolerance=tolerance)
         for name in GRADIENTS:
             if got[name] is None:
-                raise AssertionError(f"the backward of {text} returned None for {name}")
-        judge_gradients(f"the backward of {text}", got, want, float64_throughout=float64_throughout)
+                raise AssertionError(
+                    pick(
+                        f"the backward of {text} returned None for {name}",
+                        f"{text} 的 backward 对 {name} 返回了 None",
+                    )
+                )
+        backward = pick(f"the backward of {text}", f"{text} 的 backward")
+        judge_gradients(backward, got, want, float64_throughout=float64_throughout)
 
 
 # --------------------------------------------------------------------------- core
 
 
-@core
+@core(zh="输出和梯度与 PyTorch 注意力一致")
 @dtypes(*FULL)
 def test_output_and_gradients_match_pytorch_attention(kata, rng, gen, dtype, device):
     for index, case in enumerate(SPEC.cases.cases(rng)):
@@ -148,7 +164,7 @@ def test_output_and_gradients_match_pytorch_attention(kata, rng, gen, dtype, dev
             check_function(kata, make_inputs(gen, case, dtype, device), *settings(rng, case, index))
 
 
-@core
+@core(zh="直接调用 backward 时每个输入返回一个梯度")
 def test_backward_called_directly_returns_one_gradient_per_input(kata, rng, gen):
     """The backward, called as autograd's engine calls it: one value per input of forward,
     None for is_causal and scale."""
@@ -160,15 +176,21 @@ def test_backward_called_directly_returns_one_gradient_per_input(kata, rng, gen)
         got = outcome(implementation, inputs, True, None)
         if any(extra is not None for extra in got["returned"][3:]):
             shown = ", ".join(map(describe, got["returned"][3:]))
-            raise AssertionError(f"the backward of {text} returned ({shown}) for is_causal and scale; expected None, None")
-        judge_gradients(f"the backward of {text}", got, sdpa_gradients(*inputs, is_causal=True))
+            raise AssertionError(
+                pick(
+                    f"the backward of {text} returned ({shown}) for is_causal and scale; expected None, None",
+                    f"{text} 的 backward 对 is_causal 和 scale 返回了 ({shown})；应为 None, None",
+                )
+            )
+        backward = pick(f"the backward of {text}", f"{text} 的 backward")
+        judge_gradients(backward, got, sdpa_gradients(*inputs, is_causal=True))
         return got
 
     with SPEC.diagnosing(check, backward_sizes(inputs)):
         check(kata)
 
 
-@core
+@core(zh="在 float64 下通过 gradcheck")
 def test_gradcheck_passes_in_float64(kata, rng, gen):
     """Finite differences of the forward against the backward, on small float64 inputs (the
     random draws: the edge cases run in the other tests), gradcheck running here and each of
@@ -195,8 +217,14 @@ def test_gradcheck_passes_in_float64(kata, rng, gen):
                     first = str(error).strip().splitlines()[0].rstrip(",")
                     which = re.search(r"with respect to input (\d)", first)
                     if which:
-                        first += f" ({GRADIENTS[int(which.group(1))]} is off)"
-                    raise AssertionError(f"torch.autograd.gradcheck failed for {text}: {first}") from None
+                        off = GRADIENTS[int(which.group(1))]
+                        first += pick(f" ({off} is off)", f"（{off} 不对）")
+                    raise AssertionError(
+                        pick(
+                            f"torch.autograd.gradcheck failed for {text}: {first}",
+                            f"torch.autograd.gradcheck 对 {text} 检查失败：{first}",
+                        )
+                    ) from None
                 return {}
 
             with SPEC.diagnosing(check):
@@ -206,7 +234,10 @@ def test_gradcheck_passes_in_float64(kata, rng, gen):
 # --------------------------------------------------------------------------- conventions
 
 
-@convention("forward keeps the tensors backward needs with ctx.save_for_backward (never as ctx attributes)")
+@convention(
+    "forward keeps the tensors backward needs with ctx.save_for_backward (never as ctx attributes)",
+    zh="forward 用 ctx.save_for_backward 保存 backward 需要的张量",
+)
 def test_forward_saves_tensors_for_backward(kata, rng, gen):
     """Tensors kept for backward go through ctx.save_for_backward, which the stand-in ctx records."""
     case = SPEC.cases.random(rng)[0]
@@ -216,9 +247,14 @@ def test_forward_saves_tensors_for_backward(kata, rng, gen):
         got = outcome(implementation, (query, key, value, grad_output), True, None)
         if not got["saved"]:
             raise AssertionError(
-                f"{apply_repr(query, key, value, True, None)}: forward saved no tensor with ctx.save_for_backward. "
-                "Keep what backward needs with it (not as ctx attributes): autograd then checks that those tensors "
-                "were not modified in place before backward, and frees them with the graph"
+                pick(
+                    f"{apply_repr(query, key, value, True, None)}: forward saved no tensor with ctx.save_for_backward. "
+                    "Keep what backward needs with it (not as ctx attributes): autograd then checks that those tensors "
+                    "were not modified in place before backward, and frees them with the graph",
+                    f"{apply_repr(query, key, value, True, None)}：forward 没有用 ctx.save_for_backward 保存任何张量。"
+                    "backward 需要的张量要用它保存（不要存成 ctx 的属性）：这样 autograd 会检查这些张量"
+                    "在 backward 之前没有被原地修改，并随计算图一起释放它们",
+                )
             )
         return {}
 
@@ -226,7 +262,7 @@ def test_forward_saves_tensors_for_backward(kata, rng, gen):
         check(kata)
 
 
-@convention("results follow the inputs' device (a causal mask made inside too).")
+@convention("results follow the inputs' device (a causal mask made inside too).", zh="结果的 dtype 和设备与输入一致")
 def test_results_follow_the_dtype_and_device_of_the_inputs(kata, other_device):
     """The output and each gradient on the inputs' device, in their dtype, causal."""
     case = SPEC.cases.edges[0]  # fixed: a verdict on the meta stand-in must not depend on the seed
@@ -252,13 +288,14 @@ def test_results_follow_the_dtype_and_device_of_the_inputs(kata, other_device):
         judge_on_device(run, other_device, expected=expected, compare=compare)
 
 
-@convention("the inputs and grad_output are never changed in place.")
+@convention("the inputs and grad_output are never changed in place.", zh="不修改输入和 grad_output")
 def test_does_not_modify_its_inputs(kata, rng, gen):
     """query, key and value after forward and backward, and grad_output after backward, by value."""
     case = SPEC.cases.random(rng)[1]
     inputs = make_inputs(gen, case, torch.float32, "cpu")
     for is_causal, scale in ((False, None), (True, relative_scale(rng, case["E"]))):
-        text = apply_repr(*inputs[:3], is_causal, scale) + " and its backward"
+        call = apply_repr(*inputs[:3], is_causal, scale)
+        text = pick(f"{call} and its backward", f"{call} 及其 backward")
 
         def check(implementation, is_causal=is_causal, scale=scale, text=text) -> dict:
             got = outcome(implementation, inputs, is_causal, scale)
@@ -270,7 +307,7 @@ def test_does_not_modify_its_inputs(kata, rng, gen):
             check(kata)
 
 
-@convention(FLOAT64_RULE)
+@convention(FLOAT64_RULE, zh="float64 输入全程用 float64 计算")
 def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
     """The output and the gradients in float64 held to float64's own tolerances."""
     for index, case in enumerate(SPEC.cases.cases(rng, 2)):

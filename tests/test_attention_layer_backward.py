@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from judge.forbidden import AUTOGRAD
+from judge.language import pick
 from judge.testing.checks import assert_close, check_tensor_kind, describe
 from judge.testing.functions import FunctionKata
 from judge.testing.inputs import randn
@@ -87,13 +88,13 @@ def hidden_sizes(rng, count: int) -> list[dict]:
 EDGES = (
     # several heads of an odd size, B, T and E all different: heads merged in the wrong
     # order, a scale of 1/sqrt(E), a transposed weight gradient all show
-    edge("odd sizes, three heads of size 5", B=3, T=7, E=15, H=3),
+    edge("odd sizes, three heads of size 5", "奇数尺寸，三个大小为 5 的头", B=3, T=7, E=15, H=3),
     # one key per query: the softmax's gradient vanishes, only the value path reaches x
-    edge("one position: only the value path reaches x", B=2, T=1, E=8, H=2),
-    edge("head size 1", B=2, T=5, E=4, H=4),
-    edge("one head", B=3, T=6, E=5, H=1),
+    edge("one position: only the value path reaches x", "只有一个位置：只有值这条路径传到 x", B=2, T=1, E=8, H=2),
+    edge("head size 1", "头大小为 1", B=2, T=5, E=4, H=4),
+    edge("one head", "只有一个头", B=3, T=6, E=5, H=1),
     # nothing to sum over the batch: a per-batch-row weight gradient keeps a dim of 1
-    edge("one sequence", B=1, T=9, E=6, H=2),
+    edge("one sequence", "只有一个序列", B=1, T=9, E=6, H=2),
 )
 CASES = CaseTable(draw=hidden_sizes, edges=EDGES, draws=3)
 
@@ -246,8 +247,11 @@ def gradients(result, text: str) -> dict:
     """The result's form: five gradients, named."""
     if not isinstance(result, (tuple, list)) or len(result) != 5:
         raise AssertionError(
-            f"{text} returned {describe(result)}; expected five gradients "
-            "(grad_x, grad_w_q, grad_w_k, grad_w_v, grad_w_o)"
+            pick(
+                f"{text} returned {describe(result)}; expected five gradients "
+                "(grad_x, grad_w_q, grad_w_k, grad_w_v, grad_w_o)",
+                f"{text} 返回了 {describe(result)}；应返回五个梯度 (grad_x, grad_w_q, grad_w_k, grad_w_v, grad_w_o)",
+            )
         )
     return dict(zip(NAMES, result))
 
@@ -260,17 +264,37 @@ def positional(args: dict) -> list:
 
 
 HINTS = {
-    "grad_w_o": "grad_w_o needs only the recomputed forward: check the attention (scale 1/sqrt(hs), the causal "
-    "mask), the heads merged back as (B, H, T, hs) -> (B, T, H, hs) -> (B, T, E), and the nn.Linear "
-    "convention: y = merged @ w_o^T, so grad_w_o = grad_output^T @ merged, summed over batch and positions.",
-    "grad_w_v": "grad_w_o is right, so the forward is: check grad_merged = grad_output @ w_o split into heads, "
-    "grad_V = weights^T @ that per head, the heads merged back, and grad_w_v = grad_V^T @ x summed over "
-    "batch and positions.",
-    "grad_w_q": "grad_w_v is right, so each head's upstream gradient is: check the softmax backward (its "
-    "row-sum term), the scale 1/sqrt(hs) in grad_Q, and grad_w_q = grad_Q^T @ x.",
-    "grad_w_k": "grad_w_q is right, so grad_scores is: check the transpose and the scale in grad_K.",
-    "grad_x": "every weight gradient is right: grad_x sums three paths, grad_Q @ w_q + grad_K @ w_k + "
-    "grad_V @ w_v (Q = x @ w_q^T, so it is w_q, not its transpose).",
+    "grad_w_o": pick(
+        "grad_w_o needs only the recomputed forward: check the attention (scale 1/sqrt(hs), the causal "
+        "mask), the heads merged back as (B, H, T, hs) -> (B, T, H, hs) -> (B, T, E), and the nn.Linear "
+        "convention: y = merged @ w_o^T, so grad_w_o = grad_output^T @ merged, summed over batch and positions.",
+        "grad_w_o 只依赖重新计算的前向：检查注意力（缩放 1/sqrt(hs)、因果掩码）、多头按 "
+        "(B, H, T, hs) -> (B, T, H, hs) -> (B, T, E) 合并回去，以及 nn.Linear 的约定："
+        "y = merged @ w_o^T，所以 grad_w_o = grad_output^T @ merged，对 batch 和各位置求和。",
+    ),
+    "grad_w_v": pick(
+        "grad_w_o is right, so the forward is: check grad_merged = grad_output @ w_o split into heads, "
+        "grad_V = weights^T @ that per head, the heads merged back, and grad_w_v = grad_V^T @ x summed over "
+        "batch and positions.",
+        "grad_w_o 是对的，所以前向也是对的：检查 grad_merged = grad_output @ w_o 拆分成多头、"
+        "每个头上 grad_V = weights^T @ 它、多头合并回去，以及 grad_w_v = grad_V^T @ x 对 batch 和各位置求和。",
+    ),
+    "grad_w_q": pick(
+        "grad_w_v is right, so each head's upstream gradient is: check the softmax backward (its "
+        "row-sum term), the scale 1/sqrt(hs) in grad_Q, and grad_w_q = grad_Q^T @ x.",
+        "grad_w_v 是对的，所以每个头的上游梯度也是对的：检查 softmax 的反向（其中的行和项）、"
+        "grad_Q 中的缩放 1/sqrt(hs)，以及 grad_w_q = grad_Q^T @ x。",
+    ),
+    "grad_w_k": pick(
+        "grad_w_q is right, so grad_scores is: check the transpose and the scale in grad_K.",
+        "grad_w_q 是对的，所以 grad_scores 也是对的：检查 grad_K 中的转置和缩放。",
+    ),
+    "grad_x": pick(
+        "every weight gradient is right: grad_x sums three paths, grad_Q @ w_q + grad_K @ w_k + "
+        "grad_V @ w_v (Q = x @ w_q^T, so it is w_q, not its transpose).",
+        "所有权重梯度都是对的：grad_x 是三条路径之和，grad_Q @ w_q + grad_K @ w_k + grad_V @ w_v"
+        "（Q = x @ w_q^T，所以乘的是 w_q，而不是它的转置）。",
+    ),
 }
 
 
@@ -302,7 +326,7 @@ def without_grad(kata, args: list, kwargs: dict):
 # --------------------------------------------------------------------------- core
 
 
-@core
+@core(zh="梯度与经过整层的 autograd 一致")
 @dtypes(*FULL)
 def test_gradients_match_autograd_through_the_layer(kata, rng, gen, dtype, device):
     """is_causal left to its default (False)."""
@@ -311,7 +335,7 @@ def test_gradients_match_autograd_through_the_layer(kata, rng, gen, dtype, devic
             check_gradients(kata, make_args(gen, case, dtype, device))
 
 
-@core
+@core(zh="is_causal 让位置 i 看到位置 0 到 i")
 @dtypes(*FULL)
 def test_is_causal_lets_position_i_see_positions_0_to_i(kata, rng, gen, dtype, device):
     for case in CASES.cases(rng):
@@ -319,7 +343,7 @@ def test_is_causal_lets_position_i_see_positions_0_to_i(kata, rng, gen, dtype, d
             check_gradients(kata, make_args(gen, case, dtype, device), is_causal=True)
 
 
-@core
+@core(zh="梯度与按公式逐步写出的 autograd 参考一致")
 def test_gradients_match_an_eager_autograd_reference(kata, rng, gen, device):
     """The attention written out (softmax of the scaled scores plus a -inf bias), not SDPA."""
     for index, case in enumerate(CASES.random(rng)):
@@ -331,14 +355,18 @@ def test_gradients_match_an_eager_autograd_reference(kata, rng, gen, device):
 # --------------------------------------------------------------------------- conventions
 
 
-@convention("it works under torch.no_grad() (the gradients come from your own formulas).")
+@convention(
+    "it works under torch.no_grad() (the gradients come from your own formulas).",
+    zh="在 torch.no_grad() 下也能工作",
+)
 def test_works_under_no_grad(kata, rng, gen):
     """As the grader times it: no keyword, under torch.no_grad(); the gradients come from
     the learner's own formulas (autograd, in any form, is refused in every test)."""
     for case in CASES.random(rng, 2):
         with case.judged():
             args = make_args(gen, case, torch.float64, "cpu")
-            text = LAYER.text("attention_layer_backward", tuple(positional(args)), {}) + " under torch.no_grad()"
+            call = LAYER.text("attention_layer_backward", tuple(positional(args)), {})
+            text = pick(f"{call} under torch.no_grad()", f"在 torch.no_grad() 下调用 {call}")
 
             def replay(implementation, args=args, text=text) -> dict:
                 return gradients(without_grad(implementation, positional(args), {}), text)
@@ -348,15 +376,20 @@ def test_works_under_no_grad(kata, rng, gen):
                 judge_gradients(text, replay(kata), want, scales)
 
 
-@convention("raise ValueError when E is not divisible by num_heads.")
+@convention("raise ValueError when E is not divisible by num_heads.", zh="E 不能被 num_heads 整除时抛出 ValueError")
 def test_e_not_divisible_by_num_heads_raises_value_error(kata, rng, gen):
     H = rng.randint(2, 5)
     E = H * rng.randint(2, 4) + rng.randint(1, H - 1)
     args = make_args(gen, {"B": 2, "T": 3, "E": E, "H": H}, torch.float32, "cpu")
-    LAYER.assert_raises(kata, ValueError, *positional(args), reason=f"E {E} cannot be split evenly into {H} heads")
+    LAYER.assert_raises(
+        kata,
+        ValueError,
+        *positional(args),
+        reason=pick(f"E {E} cannot be split evenly into {H} heads", f"E {E} 无法均分成 {H} 个头"),
+    )
 
 
-@convention("results follow the device of x (a causal mask made inside too).")
+@convention("results follow the device of x (a causal mask made inside too).", zh="结果的 dtype 和设备与输入一致")
 def test_results_follow_the_dtype_and_device_of_the_inputs(kata, other_device):
     """Each gradient has its input's shape, dtype and device (on "meta" without a GPU: no values)."""
     case = CASES.edges[0]  # fixed: a verdict on the meta stand-in must not depend on the seed
@@ -384,7 +417,7 @@ def test_results_follow_the_dtype_and_device_of_the_inputs(kata, other_device):
         )
 
 
-@convention("the inputs are never changed in place.")
+@convention("the inputs are never changed in place.", zh="不修改输入")
 def test_does_not_modify_its_inputs(kata, rng, gen):
     """Every tensor argument, by value, in both dtypes, causal and not."""
     case = CASES.random(rng)[1]
@@ -401,7 +434,7 @@ def test_does_not_modify_its_inputs(kata, rng, gen):
                 check(kata)
 
 
-@convention(FLOAT64_RULE)
+@convention(FLOAT64_RULE, zh="float64 输入全程用 float64 计算")
 def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
     """float64 gradients held to float64's own tolerance, causal and not."""
     for index, case in enumerate(CASES.cases(rng, 2)):

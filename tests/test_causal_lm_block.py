@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from judge.forbidden import ATTENTION
+from judge.language import pick
 from judge.testing import modules
 from judge.testing.checks import call_repr, check_tensor_kind
 from judge.testing.diagnosis import diagnosing
@@ -96,7 +97,10 @@ BLOCK = Layer(
     ModuleKata(
         kata="causal_lm_block",
         cls="CausalLMBlock",
-        asks="ln_1, attn (with q_proj, k_proj, v_proj, out_proj), ln_2, mlp (with up_proj, down_proj)",
+        asks=pick(
+            "ln_1, attn (with q_proj, k_proj, v_proj, out_proj), ln_2, mlp (with up_proj, down_proj)",
+            "ln_1、attn（含 q_proj、k_proj、v_proj、out_proj）、ln_2、mlp（含 up_proj、down_proj）",
+        ),
         inputs=("x",),
         reference=pytorch_module,
         parameters=parameters,
@@ -156,20 +160,20 @@ def padded(gen, case, dtype, device) -> list[dict]:
     return [{"key_padding_mask": padding_mask(gen, case["B"], case["L"], right_only=True).to(device)}]
 
 
-@core
+@core(zh="与带因果掩码的前置归一化（pre-norm）TransformerEncoderLayer 一致")
 @dtypes(*FULL)
 def test_matches_pre_norm_transformer_encoder_layer_with_a_causal_mask(kata, rng, gen, dtype, device):
     BLOCK.judge(kata, rng, gen, dtype, device)
 
 
-@core
+@core(zh="key_padding_mask 为 True 的键被忽略")
 @dtypes(*FULL)
 def test_key_padding_mask_true_ignores_that_key(kata, rng, gen, dtype, device):
     """[B, T], right-padded, a different length per batch row."""
     BLOCK.judge(kata, rng, gen, dtype, device, masks=padded)
 
 
-@core
+@core(zh="浮点 key_padding_mask 加到注意力分数上")
 @dtypes(*FULL)
 def test_float_key_padding_mask_is_added_to_the_scores(kata, rng, gen, dtype):
     def masks(gen, case, dtype, device):
@@ -178,7 +182,7 @@ def test_float_key_padding_mask_is_added_to_the_scores(kata, rng, gen, dtype):
     BLOCK.judge(kata, rng, gen, dtype, masks=masks, draws=2)
 
 
-@core
+@core(zh="靠后的位置不改变靠前位置的输出")
 def test_later_positions_do_not_change_earlier_outputs(kata, rng, gen):
     """Causality on its own: change x from position t on; outputs before t must not move."""
     case = CASES.random(rng)[1]
@@ -199,8 +203,12 @@ def test_later_positions_do_not_change_earlier_outputs(kata, rng, gen):
         if moved.any():
             p = int(moved.nonzero()[0])
             raise AssertionError(
-                f"{call}: changing x at positions {t}..{T - 1} only changed the output at position {p} < {t}; "
-                "position p may attend to positions 0..p only (block key j > query i)"
+                pick(
+                    f"{call}: changing x at positions {t}..{T - 1} only changed the output at position {p} < {t}; "
+                    "position p may attend to positions 0..p only (block key j > query i)",
+                    f"{call}：只改动了 x 在位置 {t}..{T - 1} 上的值，位置 {p} < {t} 的输出却变了；"
+                    "位置 p 只能关注位置 0..p（屏蔽键 j > 查询 i 的配对）",
+                )
             )
         return {}
 
@@ -208,58 +216,65 @@ def test_later_positions_do_not_change_earlier_outputs(kata, rng, gen):
         earlier_outputs_stay(kata)
 
 
-@core
+@core(zh="具有 GPT-2 块的各个子模块")
 def test_has_the_submodules_of_a_gpt2_block(kata, rng, gen):
     """ln_1, attn.{q,k,v,out}_proj, ln_2, mlp.{up,down}_proj, with biases exactly when bias=True."""
     BLOCK.has_its_submodules(kata, rng, gen)
 
 
-@core
+@core(zh="自己实现注意力")
 def test_writes_its_own_attention(kata, rng, gen):
     """The spec's forbidden rules refuse PyTorch's attention while the kata runs; every path
     of forward runs here, in eval() and train() mode."""
     BLOCK.writes_its_own_attention(kata, rng, gen, padded)
 
 
-@convention("the defaults: d_ff=4 * d_model, dropout=0.0, layer_norm_eps=1e-5.")
+@convention(
+    "the defaults: d_ff=4 * d_model, dropout=0.0, layer_norm_eps=1e-5.",
+    zh="默认值为 d_ff=4 * d_model、无 dropout、eps=1e-5",
+)
 def test_defaults_are_d_ff_4_d_model_no_dropout_and_eps_1e_5(kata, rng, gen):
     """CausalLMBlock(d_model, num_heads) in train() mode: the defaults must hold."""
     BLOCK.keeps_its_defaults(kata, rng, gen, draws=2)
 
 
-@convention(HALF_PRECISION)
+@convention(HALF_PRECISION, zh="在半精度下也能工作")
 @dtypes(*HALF)
 def test_works_in_half_precision(kata, rng, gen, dtype):
     BLOCK.works_in_half_precision(kata, rng, gen, dtype, padded)
 
 
-@convention(FLOAT64_RULE)
+@convention(FLOAT64_RULE, zh="float64 输入全程用 float64 计算")
 def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
     BLOCK.computes_float64_in_float64(kata, rng, gen, padded)
 
 
-@convention(DROPOUT)
+@convention(DROPOUT, zh="eval() 模式下关闭 dropout")
 def test_eval_mode_disables_dropout(kata, rng, gen):
     BLOCK.eval_disables_dropout(kata, rng, gen)
 
 
-@convention("dropout: ... in train() mode only")
+@convention("dropout: ... in train() mode only", zh="train() 模式下启用 dropout")
 def test_train_mode_applies_dropout(kata, rng, gen):
     BLOCK.train_applies_dropout(kata, rng, gen)
 
 
-@convention("raise ValueError when d_model is not divisible by num_heads.")
+@convention(
+    "raise ValueError when d_model is not divisible by num_heads.", zh="d_model 不能被 num_heads 整除时抛出 ValueError"
+)
 def test_d_model_not_divisible_by_num_heads_raises_value_error(kata, rng):
     modules.check_heads_must_divide(BLOCK.mk, kata, rng, "d_model", "num_heads")
 
 
-@convention("results follow the input's device (the causal mask made inside forward too).")
+@convention(
+    "results follow the input's device (the causal mask made inside forward too).", zh="结果位于输入所在的设备上"
+)
 def test_results_follow_the_device_of_the_inputs(kata, other_device):
     """The causal mask made inside forward must be made on the input's device."""
     BLOCK.follows_the_device(kata, other_device, padded, {"d_ff": "F"})
 
 
-@convention("the input and the mask are never changed in place.")
+@convention("the input and the mask are never changed in place.", zh="不修改输入")
 def test_does_not_modify_its_inputs(kata, rng, gen):
     """A boolean and a float key_padding_mask."""
     BLOCK.leaves_its_inputs_alone(kata, rng, gen, lambda gen, case: padded(gen, case, None, "cpu")[0], {})

@@ -28,7 +28,11 @@ SPEC = KataSpec(
     forbidden=CAUSAL_MASK,
     cases=CaseTable(
         draw=lambda rng, count: [{"n": n} for n in rng.sample(range(3, 40), count)],
-        edges=(edge("odd length", n=7), edge("two positions", n=2), edge("one position", n=1)),
+        edges=(
+            edge("odd length", "奇数长度", n=7),
+            edge("two positions", "两个位置", n=2),
+            edge("one position", "一个位置", n=1),
+        ),
         draws=3,
     ),
     benchmark=benchmark,
@@ -36,14 +40,14 @@ SPEC = KataSpec(
 MASK = FunctionKata(SPEC, outputs=named("mask"))
 
 
-@core
+@core(zh="与 nn.Transformer.generate_square_subsequent_mask 一致")
 def test_matches_generate_square_subsequent_mask(kata, rng):
     for case in SPEC.cases.cases(rng):
         with case.judged(), MASK.judging(kata, case["n"], sizes=case) as call:
             assert_equal_mask(call["mask"], reference(case["n"]), call=call.text)
 
 
-@convention("device: device of the result (None means the default device).")
+@convention("device: device of the result (None means the default device).", zh="掩码建在指定的 device 上")
 def test_mask_is_built_on_the_requested_device(kata, other_device):
     n = SPEC.cases.edges[0]["n"]  # fixed: a verdict on the meta stand-in must not depend on the seed
     MASK.on_device(

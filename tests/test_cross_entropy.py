@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from judge.forbidden import CROSS_ENTROPY
+from judge.language import pick
 from judge.testing.checks import assert_close
 from judge.testing.functions import FunctionKata, computation_eps
 from judge.testing.inputs import randn
@@ -91,13 +92,36 @@ def tolerance(
 
 EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
     # T = V: a log-softmax or a gather over the wrong dim still runs here (and gives wrong values)
-    edge("[B, T, V] logits passed as logits.transpose(1, 2), T = V", N=2, C=6, d=[6], layout="transposed"),
-    edge("[B, T, V] logits passed as logits.transpose(1, 2), odd sizes", N=3, C=11, d=[5], layout="transposed"),
-    edge("two extra dims: [N, C, d1, d2]", N=3, C=5, d=[7, 2], layout="contiguous"),
-    edge("one sample: input [C], a 0-d target", C=9, d=[], layout="contiguous"),
-    edge("[N, C], more samples than classes", N=13, C=3, d=[], layout="contiguous"),
-    edge("size 1: N = 1, d1 = 1", N=1, C=4, d=[1], layout="contiguous"),
-    edge("one class (C = 1): every loss is 0", N=5, C=1, d=[], layout="contiguous"),
+    edge(
+        "[B, T, V] logits passed as logits.transpose(1, 2), T = V",
+        "[B, T, V] 的 logits 以 logits.transpose(1, 2) 传入，T = V",
+        N=2,
+        C=6,
+        d=[6],
+        layout="transposed",
+    ),
+    edge(
+        "[B, T, V] logits passed as logits.transpose(1, 2), odd sizes",
+        "[B, T, V] 的 logits 以 logits.transpose(1, 2) 传入，奇数尺寸",
+        N=3,
+        C=11,
+        d=[5],
+        layout="transposed",
+    ),
+    edge("two extra dims: [N, C, d1, d2]", "两个额外维：[N, C, d1, d2]", N=3, C=5, d=[7, 2], layout="contiguous"),
+    edge(
+        "one sample: input [C], a 0-d target", "单个样本：input 为 [C]，target 为 0 维", C=9, d=[], layout="contiguous"
+    ),
+    edge("[N, C], more samples than classes", "[N, C]，样本数多于类别数", N=13, C=3, d=[], layout="contiguous"),
+    edge("size 1: N = 1, d1 = 1", "大小为 1：N = 1，d1 = 1", N=1, C=4, d=[1], layout="contiguous"),
+    edge(
+        "one class (C = 1): every loss is 0",
+        "只有一个类别（C = 1）：每个损失都是 0",
+        N=5,
+        C=1,
+        d=[],
+        layout="contiguous",
+    ),
 )
 
 
@@ -263,7 +287,7 @@ LOSS = FunctionKata(
 # --------------------------------------------------------------------------- the math
 
 
-@core
+@core(zh="每种 reduction 都与 PyTorch 一致")
 @dtypes(*FULL)
 def test_matches_pytorch_for_every_reduction(kata, rng, gen, dtype, device):
     """Reductions "none" (ignored positions give 0), "sum", and "mean" over the non-ignored positions;
@@ -275,7 +299,7 @@ def test_matches_pytorch_for_every_reduction(kata, rng, gen, dtype, device):
                 check_against_pytorch(kata, case, input, target, **reduction_kwargs(reduction))
 
 
-@core
+@core(zh="自定义的 ignore_index 即使是一个类别也会被遵守")
 @dtypes(*FULL)
 def test_a_custom_ignore_index_is_honoured_even_when_it_is_a_class(kata, rng, gen, dtype, device):
     """ignore_index the first class, the last, one strictly between, or outside the classes
@@ -292,7 +316,7 @@ def test_a_custom_ignore_index_is_honoured_even_when_it_is_a_class(kata, rng, ge
                 check_against_pytorch(kata, case, input, target, ignore_index=ignore_index, reduction=reduction)
 
 
-@core
+@core(zh="label_smoothing 混入对所有类别取的平均")
 @dtypes(*FULL)
 def test_label_smoothing_mixes_in_the_mean_over_all_classes(kata, rng, gen, dtype, device):
     """(1 - eps) * nll + eps * mean over all C classes of -log p, at non-ignored positions only."""
@@ -317,7 +341,7 @@ def check_large_logits(kata, rng, gen, dtype, device) -> None:
                 check_against_pytorch(kata, case, input, target, **kwargs)
 
 
-@core
+@core(zh="logits 大到 1e4 时既不上溢也不下溢")
 @dtypes(*FULL)
 def test_logits_as_large_as_1e4_neither_overflow_nor_underflow(kata, rng, gen, dtype, device):
     """exp(1e4) overflows even float64: subtract each position's own max. Positions sit up to
@@ -333,7 +357,7 @@ HALF_RULE = (
 )
 
 
-@convention(HALF_RULE)
+@convention(HALF_RULE, zh="半精度返回输入的 dtype")
 @dtypes(*HALF)
 def test_half_precision_returns_the_input_dtype(kata, rng, gen, dtype, device):
     """float16 and bfloat16 logits: computed in float32 or better, returned in their own dtype."""
@@ -347,14 +371,14 @@ def test_half_precision_returns_the_input_dtype(kata, rng, gen, dtype, device):
                 check_against_pytorch(kata, case, input, target, **kwargs, label_smoothing=rng.choice((0.0, 0.1)))
 
 
-@convention(HALF_RULE)
+@convention(HALF_RULE, zh="半精度下的大 logits 既不上溢也不下溢")
 @dtypes(*HALF)
 def test_large_logits_in_half_precision_neither_overflow_nor_underflow(kata, rng, gen, dtype, device):
     """The large logits of the core test, in float16 and bfloat16."""
     check_large_logits(kata, rng, gen, dtype, device)
 
 
-@convention(FLOAT64_RULE)
+@convention(FLOAT64_RULE, zh="float64 输入全程以 float64 计算")
 def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
     """The loss (ordinary and large logits) and autograd's gradient, held to float64's own tolerances."""
     for case in CASES.cases(rng, 2):
@@ -386,7 +410,8 @@ def check_gradients(kata, rng, gen, cases, *, float64_throughout=False) -> None:
 
 @convention(
     "gradients flow back to `input` as autograd through F.cross_entropy's would "
-    "(no .detach(), .item() or torch.no_grad() on the way)."
+    "(no .detach(), .item() or torch.no_grad() on the way).",
+    zh="梯度像经过 PyTorch 的 autograd 一样回传到 input",
 )
 def test_gradients_flow_back_to_the_input_like_autograd_through_pytorch(kata, rng, gen):
     """Autograd through the kata in float64 against autograd through F.cross_entropy: every
@@ -394,7 +419,10 @@ def test_gradients_flow_back_to_the_input_like_autograd_through_pytorch(kata, rn
     check_gradients(kata, rng, gen, (CASES.edges[0], *CASES.random(rng, 2)))
 
 
-@convention("when every target is ignored, \"sum\" gives 0 and \"none\" 0 at every position.")
+@convention(
+    "when every target is ignored, \"sum\" gives 0 and \"none\" 0 at every position.",
+    zh='所有目标都被忽略时，"sum" 为 0，"none" 处处为 0',
+)
 def test_when_every_target_is_ignored_sum_is_0_and_none_all_zeros(kata, rng, gen):
     """No position counts: "sum" is 0 and "none" gives 0 everywhere (a "mean" would be 0 / 0: not judged)."""
     case = CASES.random(rng)[0]
@@ -406,7 +434,7 @@ def test_when_every_target_is_ignored_sum_is_0_and_none_all_zeros(kata, rng, gen
         check_against_pytorch(kata, case, input, target, **kwargs)
 
 
-@convention("any other reduction raises ValueError, as F.cross_entropy does.")
+@convention("any other reduction raises ValueError, as F.cross_entropy does.", zh="未知的 reduction 抛出 ValueError")
 def test_an_unknown_reduction_raises_value_error(kata, rng, gen):
     case = CASES.random(rng)[0]
     input, target = make_logits(gen, case), make_target(gen, case)
@@ -417,11 +445,14 @@ def test_an_unknown_reduction_raises_value_error(kata, rng, gen):
         input,
         target,
         reduction=reduction,
-        reason='as F.cross_entropy raises: the reductions are "none", "sum" and "mean"',
+        reason=pick(
+            'as F.cross_entropy raises: the reductions are "none", "sum" and "mean"',
+            '与 F.cross_entropy 一样：reduction 只能是 "none"、"sum" 或 "mean"',
+        ),
     )
 
 
-@convention("the loss is on the input's device (masks and counts made inside too).")
+@convention("the loss is on the input's device (masks and counts made inside too).", zh="结果跟随输入所在的设备")
 def test_results_follow_the_device_of_the_inputs(kata, other_device):
     """Masks and counts made inside the kata must be made on the input's device."""
     for case in (CASES.edges[0], CASES.edges[2]):  # fixed: a verdict on the meta stand-in must not depend on the seed
@@ -445,7 +476,7 @@ def test_results_follow_the_device_of_the_inputs(kata, other_device):
             )
 
 
-@convention("the inputs are never changed in place.")
+@convention("the inputs are never changed in place.", zh="不修改输入")
 def test_does_not_modify_its_inputs(kata, rng, gen):
     """In float16 with a transposed input and a custom ignore_index, where a kata may convert
     or fill in place; and in float32."""

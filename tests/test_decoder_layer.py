@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from judge.forbidden import ATTENTION
+from judge.language import pick
 from judge.testing import modules
 from judge.testing.inputs import blocked_mask, padding_mask, randn
 from judge.testing.layers import (
@@ -78,7 +79,10 @@ DECODER = Layer(
     ModuleKata(
         kata="decoder_layer",
         cls="TransformerDecoderLayer",
-        asks="self_attn and multihead_attn (each with q_proj, k_proj, v_proj, out_proj), linear1, linear2, norm1, norm2, norm3",
+        asks=pick(
+            "self_attn and multihead_attn (each with q_proj, k_proj, v_proj, out_proj), linear1, linear2, norm1, norm2, norm3",
+            "self_attn 和 multihead_attn（各含 q_proj、k_proj、v_proj、out_proj）、linear1、linear2、norm1、norm2、norm3",
+        ),
         inputs=("tgt", "memory"),
         reference=pytorch_layer(nn.TransformerDecoderLayer),
         parameters=parameters,
@@ -122,7 +126,7 @@ SPEC = KataSpec(
     reference="nn.TransformerDecoderLayer(batch_first=True) in float64, its parameters copied in",
     forbidden=ATTENTION,
     tolerances=DECODER.mk.tolerances,
-    tolerance_note="a layer chains matmuls, a softmax and LayerNorms: solutions and variants measured at most 0.14 of these in float32",
+    tolerance_note="a layer chains matmuls, a softmax and LayerNorms: a LayerNorm over d_model 2 takes the solution to 0.55 of these in float32",
     cases=CASES,
     benchmark=benchmark,
 )
@@ -147,7 +151,7 @@ def tgt_causal(gen, case, dtype, device) -> list[dict]:
     return [{"tgt_is_causal": True} | paddings(gen, case, device, right_only=True)]
 
 
-@core
+@core(zh="与 nn.TransformerDecoderLayer 一致")
 @LAYOUTS
 @ACTIVATIONS
 @dtypes(*FULL)
@@ -155,7 +159,7 @@ def test_matches_nn_transformer_decoder_layer(kata, rng, gen, norm_first, activa
     DECODER.judge(kata, rng, gen, dtype, device, norm_first=norm_first, activation=activation)
 
 
-@core
+@core(zh="tgt 掩码为 True 处屏蔽自注意力")
 @dtypes(*FULL)
 def test_tgt_masks_true_block_self_attention(kata, rng, gen, dtype, device):
     """tgt_mask [T, T] alone, then with tgt_key_padding_mask [B, T] (a different length per row)."""
@@ -168,7 +172,7 @@ def test_tgt_masks_true_block_self_attention(kata, rng, gen, dtype, device):
     DECODER.judge(kata, rng, gen, dtype, device, masks=masks)
 
 
-@core
+@core(zh="memory 掩码为 True 处屏蔽交叉注意力")
 @dtypes(*FULL)
 def test_memory_masks_true_block_cross_attention(kata, rng, gen, dtype, device):
     """memory_key_padding_mask [B, S] (a different length per row) alone, then with memory_mask [T, S]."""
@@ -181,7 +185,7 @@ def test_memory_masks_true_block_cross_attention(kata, rng, gen, dtype, device):
     DECODER.judge(kata, rng, gen, dtype, device, masks=masks)
 
 
-@core
+@core(zh="浮点掩码加到注意力分数上")
 @dtypes(*FULL)
 def test_float_masks_are_added_to_the_scores(kata, rng, gen, dtype):
     DECODER.judge(
@@ -189,21 +193,21 @@ def test_float_masks_are_added_to_the_scores(kata, rng, gen, dtype):
     )
 
 
-@core
+@core(zh="tgt_is_causal 自行施加因果掩码")
 @dtypes(*FULL)
 def test_tgt_is_causal_applies_a_causal_mask_by_itself(kata, rng, gen, dtype, device):
     """No tgt_mask needed (PyTorch's layer would want one); with padding on both sides."""
     DECODER.judge(kata, rng, gen, dtype, device, masks=lambda *a: [{"tgt_is_causal": True}, *tgt_causal(*a)])
 
 
-@core
+@core(zh="memory_is_causal 对 memory 施加因果掩码")
 @dtypes(*FULL)
 def test_memory_is_causal_applies_a_causal_mask_to_the_memory(kata, rng, gen, dtype):
     """Target position i sees memory positions 0..i (top-left aligned, T != S)."""
     DECODER.judge(kata, rng, gen, dtype, masks=lambda *_: [{"memory_is_causal": True}])
 
 
-@core
+@core(zh="is_causal 与掩码同时生效")
 @dtypes(*FULL)
 def test_is_causal_and_masks_both_apply(kata, rng, gen, dtype):
     """tgt_is_causal with tgt_mask, memory_is_causal with memory_mask: a key is blocked when
@@ -223,28 +227,28 @@ def test_is_causal_and_masks_both_apply(kata, rng, gen, dtype):
     DECODER.judge(kata, rng, gen, dtype, masks=masks, draws=2)
 
 
-@core
+@core(zh="具有 nn.TransformerDecoderLayer 的各个子模块")
 def test_has_the_submodules_of_nn_transformer_decoder_layer(kata, rng, gen):
     """self_attn, multihead_attn (q, k, v, out projections), linear1, linear2, norm1..3,
     with biases exactly when bias=True."""
     DECODER.has_its_submodules(kata, rng, gen)
 
 
-@core
+@core(zh="自己实现注意力")
 def test_writes_its_own_attention(kata, rng, gen):
     """The spec's forbidden rules refuse PyTorch's attention while the kata runs; every path
     of forward runs here, in eval() and train() mode."""
     DECODER.writes_its_own_attention(kata, rng, gen, both_causal, layouts=(False, True))
 
 
-@convention(PYTORCH_DEFAULTS)
+@convention(PYTORCH_DEFAULTS, zh="默认值与 PyTorch 一致")
 def test_defaults_match_pytorchs(kata, rng, gen):
     """TransformerDecoderLayer(d_model, nhead): dim_feedforward 2048, ReLU, post-norm, eps 1e-5,
     and dropout 0.1, inactive in eval()."""
     DECODER.keeps_its_defaults(kata, rng, gen)
 
 
-@convention(HALF_PRECISION)
+@convention(HALF_PRECISION, zh="在半精度下也能工作")
 @dtypes(*HALF)
 def test_works_in_half_precision(kata, rng, gen, dtype):
     def masks(gen, case, dtype, device):
@@ -253,27 +257,27 @@ def test_works_in_half_precision(kata, rng, gen, dtype):
     DECODER.works_in_half_precision(kata, rng, gen, dtype, masks)
 
 
-@convention(FLOAT64_RULE)
+@convention(FLOAT64_RULE, zh="float64 输入全程用 float64 计算")
 def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
     DECODER.computes_float64_in_float64(kata, rng, gen, tgt_causal)
 
 
-@convention(DROPOUT)
+@convention(DROPOUT, zh="eval() 模式下关闭 dropout")
 def test_eval_mode_disables_dropout(kata, rng, gen):
     DECODER.eval_disables_dropout(kata, rng, gen, lambda *_: [{"tgt_is_causal": True}])
 
 
-@convention("dropout: ... in train() mode only")
+@convention("dropout: ... in train() mode only", zh="train() 模式下启用 dropout")
 def test_train_mode_applies_dropout(kata, rng, gen):
     DECODER.train_applies_dropout(kata, rng, gen)
 
 
-@convention("raise ValueError when d_model is not divisible by nhead.")
+@convention("raise ValueError when d_model is not divisible by nhead.", zh="d_model 不能被 nhead 整除时抛出 ValueError")
 def test_d_model_not_divisible_by_nhead_raises_value_error(kata, rng):
     modules.check_heads_must_divide(DECODER.mk, kata, rng, "d_model", "nhead", dim_feedforward=lambda E: 2 * E)
 
 
-@convention("results follow the inputs' device (causal masks made inside forward too).")
+@convention("results follow the inputs' device (causal masks made inside forward too).", zh="结果位于输入所在的设备上")
 def test_results_follow_the_device_of_the_inputs(kata, other_device):
     """Causal masks made inside forward must be made on the inputs' device."""
 
@@ -290,7 +294,7 @@ def all_masks(gen, case) -> dict:
     return {"tgt_mask": blocked_mask(gen, T, T), "memory_mask": blocked_mask(gen, T, S)} | paddings(gen, case, "cpu")
 
 
-@convention("the inputs and masks are never changed in place.")
+@convention("the inputs and masks are never changed in place.", zh="不修改输入")
 def test_does_not_modify_its_inputs(kata, rng, gen):
     """All four masks, boolean and float, in both layouts."""
     causal = {"tgt_is_causal": True, "memory_is_causal": True}

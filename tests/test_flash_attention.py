@@ -35,6 +35,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # the tests may trac
 from torch.utils._pytree import tree_flatten
 
 from judge.forbidden import ATTENTION, Rules
+from judge.language import pick
 from judge.testing.attention import relative_scale
 from judge.testing.checks import Mismatch, call_repr, describe
 from judge.testing.functions import FunctionKata
@@ -115,7 +116,10 @@ class CreatedTensors(TorchDispatchMode):
             if t.untyped_storage().data_ptr() in inputs or (t.numel(), t.element_size()) <= self.largest:
                 continue
             self.largest, self.largest_bytes = (t.numel(), t.element_size()), t.numel() * t.element_size()
-            self.largest_what = f"{describe(t)}, made by {func.overloadpacket.__name__}"
+            self.largest_what = pick(
+                f"{describe(t)}, made by {func.overloadpacket.__name__}",
+                f"{describe(t)}，由 {func.overloadpacket.__name__} 创建",
+            )
         return result
 
 
@@ -138,12 +142,48 @@ def hidden_cases(rng, count: int) -> list[dict]:
 
 
 EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
-    edge("blocks that divide neither L nor S, two leading dims", lead=[2, 3], L=23, S=19, E=8, Ev=6, block=5),
-    edge("more keys than queries: whole key blocks in the future", lead=[3], L=6, S=17, E=5, Ev=7, block=4),
-    edge("blocks that divide L and S exactly", lead=[2], L=12, S=8, E=6, Ev=9, block=4),
-    edge("block_size 1, head size 1", lead=[2], L=5, S=7, E=1, Ev=2, block=1),
-    edge("one query, no leading dims, a block larger than S", lead=[], L=1, S=6, E=4, Ev=3, block=8),
-    edge("one key, value size 1, a leading dim of 1", lead=[4, 1], L=7, S=1, E=3, Ev=1, block=3),
+    edge(
+        "blocks that divide neither L nor S, two leading dims",
+        "块大小既不整除 L 也不整除 S，两个前导维",
+        lead=[2, 3],
+        L=23,
+        S=19,
+        E=8,
+        Ev=6,
+        block=5,
+    ),
+    edge(
+        "more keys than queries: whole key blocks in the future",
+        "键比查询多：有整块的键位于未来",
+        lead=[3],
+        L=6,
+        S=17,
+        E=5,
+        Ev=7,
+        block=4,
+    ),
+    edge("blocks that divide L and S exactly", "块大小恰好整除 L 和 S", lead=[2], L=12, S=8, E=6, Ev=9, block=4),
+    edge("block_size 1, head size 1", "block_size 为 1，头维度为 1", lead=[2], L=5, S=7, E=1, Ev=2, block=1),
+    edge(
+        "one query, no leading dims, a block larger than S",
+        "只有一个查询，没有前导维，块比 S 大",
+        lead=[],
+        L=1,
+        S=6,
+        E=4,
+        Ev=3,
+        block=8,
+    ),
+    edge(
+        "one key, value size 1, a leading dim of 1",
+        "只有一个键，value 维度为 1，有一个大小为 1 的前导维",
+        lead=[4, 1],
+        L=7,
+        S=1,
+        E=3,
+        Ev=1,
+        block=3,
+    ),
 )
 
 
@@ -218,7 +258,12 @@ def outputs(result, text: str) -> dict:
     """{output, logsumexp} of a result, its form checked. A float64 logsumexp beside a float32
     output (float32 inputs) is accepted: it is rounded to float32, what it is compared in."""
     if not isinstance(result, (tuple, list)) or len(result) != 2:
-        raise AssertionError(f"{text} returned {describe(result)}; expected a pair (output, logsumexp)")
+        raise AssertionError(
+            pick(
+                f"{text} returned {describe(result)}; expected a pair (output, logsumexp)",
+                f"{text} 返回了 {describe(result)}；应返回一对 (output, logsumexp)",
+            )
+        )
     output, logsumexp = result
     if isinstance(output, torch.Tensor) and isinstance(logsumexp, torch.Tensor):
         if output.dtype == torch.float32 and logsumexp.dtype == torch.float64:
@@ -306,31 +351,49 @@ def traced_check(kata, query, key, value, *, memory=False, scores=False, **kwarg
         largest = tuple(seen["largest"])
         if seen["opaque"]:
             raise AssertionError(
-                f"{call} ran {seen['opaque']}, an operator of its own: what it creates inside cannot be "
-                "traced, so its memory and scores cannot be judged; write the blocks in PyTorch operations"
+                pick(
+                    f"{call} ran {seen['opaque']}, an operator of its own: what it creates inside cannot be "
+                    "traced, so its memory and scores cannot be judged; write the blocks in PyTorch operations",
+                    f"{call} 运行了自定义算子 {seen['opaque']}：它在内部创建的张量无法追踪，"
+                    "因此无法评判其内存和分数计算；请用 PyTorch 运算来写各个分块",
+                )
             )
         if memory and largest[0] >= full:
             raise Mismatch(
-                f"{call} created a tensor of {largest[0]} elements ({seen['largest_what']}): as many as "
-                f"the full [..., L, S] score matrix {lead + [L, S]} ({full}); keep at most a [..., L, block_size] "
-                "slab of scores at a time, and build masks per block, never a whole [L, S] one",
+                pick(
+                    f"{call} created a tensor of {largest[0]} elements ({seen['largest_what']}): as many as "
+                    f"the full [..., L, S] score matrix {lead + [L, S]} ({full}); keep at most a [..., L, block_size] "
+                    "slab of scores at a time, and build masks per block, never a whole [L, S] one",
+                    f"{call} 创建了一个有 {largest[0]} 个元素的张量（{seen['largest_what']}）：与完整的 [..., L, S] "
+                    f"分数矩阵 {lead + [L, S]}（{full}）一样大；同一时刻最多只保留一片 [..., L, block_size] 的分数，"
+                    "并逐块构造掩码，绝不构造完整的 [L, S] 掩码",
+                ),
                 what="largest tensor",
                 actual=largest_fingerprint(seen),
                 expected=None,
             )
         if scores and seen["scores"] > allowed:
             if not is_causal or allowed == full:
-                why = f"there are {full} (L x S per leading index): compute each once, in one pass over the key blocks"
+                why = pick(
+                    f"there are {full} (L x S per leading index): compute each once, in one pass over the key blocks",
+                    f"分数共有 {full} 个（每个前导下标 L x S 个）：在对键块的一趟遍历中，每个分数只算一次",
+                )
             else:
                 per_row = allowed // (math.prod(lead) * L)
-                why = (
+                why = pick(
                     f"under is_causal only the key blocks that start before position L = {L} hold a key some query "
                     f"sees ({per_row} keys per query): skip the blocks entirely in the future (don't compute them "
-                    "and mask them), and compute each score once, in one pass"
+                    "and mask them), and compute each score once, in one pass",
+                    f"在 is_causal 下，只有起始位置在 L = {L} 之前的键块含有某个查询能看到的键"
+                    f"（每个查询 {per_row} 个键）：跳过完全位于未来的块（不要先算出来再掩掉），"
+                    "并在一趟遍历中每个分数只算一次",
                 )
             raise Mismatch(
-                f"{call} computed {seen['scores']} scores (elements of query x key products), more than the "
-                f"{allowed} needed; {why}",
+                pick(
+                    f"{call} computed {seen['scores']} scores (elements of query x key products), more than the "
+                    f"{allowed} needed; {why}",
+                    f"{call} 计算了 {seen['scores']} 个分数（query x key 乘积的元素），多于所需的 {allowed} 个；{why}",
+                ),
                 what="scores computed",
                 actual=score_fingerprint(seen, full),
                 expected=None,
@@ -340,7 +403,7 @@ def traced_check(kata, query, key, value, *, memory=False, scores=False, **kwarg
 # --------------------------------------------------------------------------- tests
 
 
-@core
+@core(zh="无掩码时与 PyTorch 一致")
 @dtypes(*FULL)
 def test_matches_pytorch_without_a_mask(kata, rng, gen, dtype, device):
     for case in SPEC.cases.cases(rng):
@@ -348,7 +411,7 @@ def test_matches_pytorch_without_a_mask(kata, rng, gen, dtype, device):
             check_against_pytorch(kata, *make_inputs(gen, case, dtype, device), block_size=case["block"])
 
 
-@core
+@core(zh="is_causal 以左上角对齐")
 @dtypes(*FULL)
 def test_is_causal_is_top_left_aligned(kata, rng, gen, dtype, device):
     for case in SPEC.cases.cases(rng):
@@ -357,7 +420,7 @@ def test_is_causal_is_top_left_aligned(kata, rng, gen, dtype, device):
             check_against_pytorch(kata, *inputs, is_causal=True, block_size=case["block"])
 
 
-@core
+@core(zh="自定义 scale 取代默认值")
 @dtypes(*FULL)
 def test_custom_scale_replaces_the_default(kata, rng, gen, dtype, device):
     """Scales 0.4x to 2.2x the default 1/sqrt(E), so the softmax neither saturates nor stays flat."""
@@ -369,7 +432,7 @@ def test_custom_scale_replaces_the_default(kata, rng, gen, dtype, device):
                 check_against_pytorch(kata, *inputs, is_causal=is_causal, scale=scale, block_size=case["block"])
 
 
-@core
+@core(zh="从不创建与分数矩阵一样大的张量")
 def test_never_creates_a_tensor_as_large_as_the_score_matrix(kata, rng, gen):
     """L = S = 512 under is_causal with the default block_size (64) and no leading dims, where a
     whole [L, S] mask is as large as the scores; then without a mask, two leading dims, L != S.
@@ -381,7 +444,7 @@ def test_never_creates_a_tensor_as_large_as_the_score_matrix(kata, rng, gen):
     traced_check(kata, *make_inputs(gen, case, torch.float32), memory=True, block_size=48)
 
 
-@core
+@core(zh="每个分数在一趟遍历中只计算一次")
 def test_each_score_is_computed_once_in_one_pass(kata, rng, gen):
     """Without a mask every score is needed, once: a first pass for the max and a second for the
     sums would compute them twice. The scores are counted by a tracer inside the scenario, where
@@ -394,7 +457,7 @@ def test_each_score_is_computed_once_in_one_pass(kata, rng, gen):
     )
 
 
-@core
+@core(zh="完全位于未来的键块从不计算")
 def test_key_blocks_entirely_in_the_future_are_never_computed(kata, rng, gen):
     """More keys than queries under is_causal: the key blocks that start at or after L hold
     no key any query sees. E is larger than block_size, so only scores contract over it. The
@@ -408,7 +471,7 @@ def test_key_blocks_entirely_in_the_future_are_never_computed(kata, rng, gen):
         traced_check(kata, query, key, value, scores=True, is_causal=True, block_size=case["block"])
 
 
-@convention(FLOAT64_RULE)
+@convention(FLOAT64_RULE, zh="float64 输入全程以 float64 计算")
 def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
     """Every edge case and two draws, with and without is_causal, held to float64's tolerance."""
     for case in SPEC.cases.cases(rng, 2):
@@ -420,16 +483,22 @@ def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
                 )
 
 
-@convention("block_size < 1 raises ValueError.")
+@convention("block_size < 1 raises ValueError.", zh="block_size 小于 1 时抛出 ValueError")
 def test_block_size_below_1_raises_value_error(kata, rng, gen):
     query, key, value = make_inputs(gen, {"lead": [2], "L": 3, "S": 4, "E": 5, "Ev": 2}, torch.float32)
     for block_size in (0, -rng.randrange(1, 5)):
         FLASH.assert_raises(
-            kata, ValueError, query, key, value, block_size=block_size, reason="block_size must be at least 1"
+            kata,
+            ValueError,
+            query,
+            key,
+            value,
+            block_size=block_size,
+            reason=pick("block_size must be at least 1", "block_size 至少为 1"),
         )
 
 
-@convention("results are made on the inputs' device.")
+@convention("results are made on the inputs' device.", zh="结果跟随输入所在的设备")
 def test_results_follow_the_device_of_the_inputs(kata, other_device):
     """Running statistics and masks made inside the kata must be made on the inputs' device.
     Fixed sizes and inputs: a verdict on the meta stand-in must not depend on the seed."""
@@ -451,7 +520,7 @@ def test_results_follow_the_device_of_the_inputs(kata, other_device):
     )
 
 
-@convention("the inputs are never changed in place.")
+@convention("the inputs are never changed in place.", zh="不修改输入")
 def test_does_not_modify_its_inputs(kata, rng, gen):
     """In float64 under is_causal with a custom scale, and in float32 without a mask."""
     case = SPEC.cases.random(rng)[0]

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from judge.forbidden import ATTENTION
+from judge.language import pick
 from judge.testing import modules
 from judge.testing.checks import assert_close, call_repr
 from judge.testing.diagnosis import diagnosing
@@ -74,17 +75,26 @@ def hidden_sizes(rng, count: int) -> list[dict]:
 EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
     edge(
         "two kv heads, each shared by two consecutive query heads (.repeat differs from .repeat_interleave)",
+        "两个 kv 头，各由两个相邻的查询头共享（.repeat 与 .repeat_interleave 结果不同）",
         B=2,
         T=5,
         E=12,
         H=4,
         KV=2,
     ),
-    edge("multi-query: one kv head for every query head", B=3, T=6, E=6, H=3, KV=1),
-    edge("multi-head: as many kv heads as query heads (num_kv_heads left to its default)", B=2, T=4, E=10, H=2, KV=2),
-    edge("head size 1, three kv heads", B=2, T=3, E=6, H=6, KV=3),
-    edge("one head", B=3, T=4, E=5, H=1, KV=1),
-    edge("one sequence, one position", B=1, T=1, E=8, H=4, KV=2),
+    edge("multi-query: one kv head for every query head", "多查询：所有查询头共用一个 kv 头", B=3, T=6, E=6, H=3, KV=1),
+    edge(
+        "multi-head: as many kv heads as query heads (num_kv_heads left to its default)",
+        "多头：kv 头与查询头一样多（num_kv_heads 取默认值）",
+        B=2,
+        T=4,
+        E=10,
+        H=2,
+        KV=2,
+    ),
+    edge("head size 1, three kv heads", "头大小为 1，三个 kv 头", B=2, T=3, E=6, H=6, KV=3),
+    edge("one head", "一个头", B=3, T=4, E=5, H=1, KV=1),
+    edge("one sequence, one position", "一个序列，一个位置", B=1, T=1, E=8, H=4, KV=2),
 )
 CASES = CaseTable(draw=hidden_sizes, edges=EDGES, draws=3)
 
@@ -141,7 +151,10 @@ def arguments(case, options):
 GQA = ModuleKata(
     kata="grouped_query_attention",
     cls="GroupedQueryAttention",
-    asks="q_proj (E -> H*hs), k_proj and v_proj (E -> KV*hs), o_proj (H*hs -> E), each nn.Linear with bias=bias",
+    asks=pick(
+        "q_proj (E -> H*hs), k_proj and v_proj (E -> KV*hs), o_proj (H*hs -> E), each nn.Linear with bias=bias",
+        "q_proj（E -> H*hs）、k_proj 和 v_proj（E -> KV*hs）、o_proj（H*hs -> E），都是 bias=bias 的 nn.Linear",
+    ),
     inputs=("x",),
     reference=lambda case, options: Reference(case["E"], case["H"], case["KV"], options.get("bias", False)),
     parameters=lambda reference: dict(reference.named_parameters()),
@@ -232,9 +245,19 @@ def check_forward_raises(kata, built, inputs, *, reason: str, **kwargs):
     def attempt(implementation) -> dict:
         got = modules.built_module(GQA, built, forward_refused(implementation, built.recipe, inputs, kwargs))
         if "returned" in got:
-            raise AssertionError(f"{text} returned normally; expected ValueError ({reason})")
+            raise AssertionError(
+                pick(
+                    f"{text} returned normally; expected ValueError ({reason})",
+                    f"{text} 正常返回了；应抛出 ValueError（{reason}）",
+                )
+            )
         if "ValueError" not in got["raised"]:
-            raise AssertionError(f"{text} raised {got['raised'][0]}: {got['message']}; expected ValueError ({reason})")
+            raise AssertionError(
+                pick(
+                    f"{text} raised {got['raised'][0]}: {got['message']}; expected ValueError ({reason})",
+                    f"{text} 抛出了 {got['raised'][0]}：{got['message']}；应抛出 ValueError（{reason}）",
+                )
+            )
         return {}
 
     with diagnosing(GQA.kata, attempt, built.case):
@@ -244,7 +267,7 @@ def check_forward_raises(kata, built, inputs, *, reason: str, **kwargs):
 # --------------------------------------------------------------------------- the math
 
 
-@core
+@core(zh="与 enable_gqa=True 的 SDPA 一致")
 @dtypes(*FULL)
 def test_matches_sdpa_with_enable_gqa(kata, rng, gen, dtype, device):
     """Without a mask; bias on in every other case, so both settings run on the edge cases."""
@@ -254,7 +277,7 @@ def test_matches_sdpa_with_enable_gqa(kata, rng, gen, dtype, device):
             check(kata, built, make_x(gen, case, dtype, device))
 
 
-@core
+@core(zh="布尔 attn_mask 中 True 表示可以关注")
 @dtypes(*FULL)
 def test_boolean_attn_mask_true_means_may_attend(kata, rng, gen, dtype, device):
     """[T, T], [B, 1, T, T] and [B, H, T, T]: False blocks the key (F.scaled_dot_product_attention's polarity)."""
@@ -266,7 +289,7 @@ def test_boolean_attn_mask_true_means_may_attend(kata, rng, gen, dtype, device):
                 check(kata, built, inputs, attn_mask=keep_mask(gen, shape).to(device))
 
 
-@core
+@core(zh="浮点 attn_mask 加到注意力分数上")
 @dtypes(*FULL)
 def test_float_attn_mask_is_added_to_the_scores(kata, rng, gen, dtype, device):
     """[T, T], [B, 1, T, T] and [B, H, T, T]: finite random values, -inf where blocked."""
@@ -278,7 +301,7 @@ def test_float_attn_mask_is_added_to_the_scores(kata, rng, gen, dtype, device):
                 check(kata, built, inputs, attn_mask=float_mask(gen, shape, dtype).to(device))
 
 
-@core
+@core(zh="is_causal 让查询 i 看到键 0 到 i")
 @dtypes(*FULL)
 def test_is_causal_lets_query_i_see_keys_0_to_i(kata, rng, gen, dtype, device):
     for index, case in enumerate(CASES.cases(rng, edges=dtype == torch.float64)):
@@ -287,7 +310,7 @@ def test_is_causal_lets_query_i_see_keys_0_to_i(kata, rng, gen, dtype, device):
             check(kata, built, make_x(gen, case, dtype, device), is_causal=True)
 
 
-@core
+@core(zh="num_kv_heads 默认等于 num_heads")
 def test_num_kv_heads_defaults_to_num_heads(kata, rng, gen):
     """GroupedQueryAttention(E, H) is plain multi-head attention: k_proj and v_proj E -> E."""
     case = CASES.random(rng)[0]
@@ -296,7 +319,7 @@ def test_num_kv_heads_defaults_to_num_heads(kata, rng, gen):
         check(kata, build(gen, case), make_x(gen, case))
 
 
-@core
+@core(zh="有四个投影，只在要求时带偏置")
 def test_has_the_four_projections_with_bias_exactly_when_asked(kata, rng, gen):
     """q_proj, k_proj, v_proj, o_proj; bias=True puts a bias on all four, the default on none."""
     case = CASES.random(rng)[0]
@@ -305,7 +328,7 @@ def test_has_the_four_projections_with_bias_exactly_when_asked(kata, rng, gen):
             check(kata, build(gen, case, bias=bias), make_x(gen, case))
 
 
-@core
+@core(zh="自己实现注意力")
 def test_writes_its_own_attention(kata, rng, gen):
     """The spec's forbidden rules refuse PyTorch's attention while the kata runs; here every
     path through forward runs once."""
@@ -325,7 +348,9 @@ def test_writes_its_own_attention(kata, rng, gen):
 # --------------------------------------------------------------------------- conventions
 
 
-@convention("a query row whose every key is blocked is undefined and never judged.")
+@convention(
+    "a query row whose every key is blocked is undefined and never judged.", zh="所有键都被屏蔽的查询不参与判定"
+)
 def test_a_query_whose_every_key_is_blocked_is_not_judged(kata, rng, gen):
     """One row of a [B, H, T, T] mask all False: that output row is undefined (NaN, zeros or
     anything else is accepted there); every other row is judged."""
@@ -338,7 +363,10 @@ def test_a_query_whose_every_key_is_blocked_is_not_judged(kata, rng, gen):
         check(kata, built, make_x(gen, case), attn_mask=mask)
 
 
-@convention("float16 and bfloat16 work: a blocked score is -inf (or the dtype's lowest value), not -1e9")
+@convention(
+    "float16 and bfloat16 work: a blocked score is -inf (or the dtype's lowest value), not -1e9",
+    zh="带掩码时在半精度下可用",
+)
 @dtypes(*HALF)
 def test_works_in_half_precision_with_masks(kata, rng, gen, dtype):
     for case in CASES.random(rng, 2):
@@ -350,7 +378,7 @@ def test_works_in_half_precision_with_masks(kata, rng, gen, dtype):
             check(kata, built, inputs, attn_mask=float_mask(gen, mask_shapes(case)[2], dtype))
 
 
-@convention(FLOAT64_RULE)
+@convention(FLOAT64_RULE, zh="float64 输入全程以 float64 计算")
 def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
     """No mask, is_causal, and a float [B, H, T, T] mask, with float64's own tolerance."""
     for index, case in enumerate(CASES.cases(rng, 2)):
@@ -363,23 +391,32 @@ def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
             check(kata, built, inputs, attn_mask=mask, float64_throughout=True)
 
 
-@convention("raise ValueError when both attn_mask and is_causal=True are given")
+@convention(
+    "raise ValueError when both attn_mask and is_causal=True are given",
+    zh="同时给出 attn_mask 和 is_causal 时抛出 ValueError",
+)
 def test_attn_mask_together_with_is_causal_raises_value_error(kata, rng, gen):
     """As F.scaled_dot_product_attention refuses them: boolean and float masks alike."""
     case = CASES.random(rng)[0]
     built = build(gen, case)
     inputs = make_x(gen, case)
-    reason = "attn_mask and is_causal=True may not be given together"
+    reason = pick("attn_mask and is_causal=True may not be given together", "attn_mask 与 is_causal=True 不能同时给出")
     for mask in (keep_mask(gen, mask_shapes(case)[0]), float_mask(gen, mask_shapes(case)[1], torch.float32)):
         check_forward_raises(kata, built, inputs, reason=reason, attn_mask=mask, is_causal=True)
 
 
-@convention("raise ValueError unless embed_dim % num_heads == 0 and num_heads % num_kv_heads == 0.")
+@convention(
+    "raise ValueError unless embed_dim % num_heads == 0 and num_heads % num_kv_heads == 0.",
+    zh="embed_dim 不能被 num_heads 整除时抛出 ValueError",
+)
 def test_embed_dim_not_divisible_by_num_heads_raises_value_error(kata, rng):
     modules.check_heads_must_divide(GQA, kata, rng, "embed_dim", "num_heads")
 
 
-@convention("raise ValueError unless embed_dim % num_heads == 0 and num_heads % num_kv_heads == 0.")
+@convention(
+    "raise ValueError unless embed_dim % num_heads == 0 and num_heads % num_kv_heads == 0.",
+    zh="num_heads 不是 num_kv_heads 的倍数时抛出 ValueError",
+)
 def test_num_heads_not_a_multiple_of_num_kv_heads_raises_value_error(kata, rng):
     """E.g. 6 query heads over 4 kv heads, and more kv heads than query heads."""
     KV = rng.randint(3, 5)
@@ -392,11 +429,17 @@ def test_num_heads_not_a_multiple_of_num_kv_heads_raises_value_error(kata, rng):
             {"embed_dim": E, "num_heads": heads},
             {"num_kv_heads": kv_heads},
             expected=ValueError,
-            reason=f"{heads} query heads cannot be shared evenly by {kv_heads} kv heads",
+            reason=pick(
+                f"{heads} query heads cannot be shared evenly by {kv_heads} kv heads",
+                f"{heads} 个查询头无法平均分给 {kv_heads} 个 kv 头",
+            ),
         )
 
 
-@convention("autograd sees every step (no .detach(), .data or torch.no_grad() inside forward).")
+@convention(
+    "autograd sees every step (no .detach(), .data or torch.no_grad() inside forward).",
+    zh="梯度像 PyTorch 一样回传到输入",
+)
 def test_gradients_flow_back_to_the_input_like_pytorch(kata, rng, gen):
     case = CASES.random(rng)[0]
     built = build(gen, case, torch.float64, bias=True)
@@ -421,10 +464,15 @@ def check_gradients(kata, built, inputs: dict, upstream, reference, **kwargs) ->
         got = modules.gradients(implementation, built.recipe, inputs, kwargs, upstream, GQA.output)
         got = modules.built_module(GQA, built, got)
         if not got["requires_grad"]:
-            raise AssertionError(f"{text}: the output does not require grad; autograd lost track of the inputs")
+            raise AssertionError(
+                pick(
+                    f"{text}: the output does not require grad; autograd lost track of the inputs",
+                    f"{text}：输出的 requires_grad 为 False；autograd 跟丢了输入",
+                )
+            )
         for name in inputs:
             if got["grads"].get(name) is None:
-                raise AssertionError(f"{text}: no gradient reached `{name}`")
+                raise AssertionError(pick(f"{text}: no gradient reached `{name}`", f"{text}：没有梯度传到 `{name}`"))
         return {f"the gradient of `{name}`": got["grads"][name] for name in inputs}
 
     with diagnosing(GQA.kata, learner, built.case):
@@ -435,7 +483,9 @@ def check_gradients(kata, built, inputs: dict, upstream, reference, **kwargs) ->
             assert_close(got[what], expected, call=text, what=what, tolerance=tolerance)
 
 
-@convention("results follow the input's device (a causal mask made inside forward too).")
+@convention(
+    "results follow the input's device (a causal mask made inside forward too).", zh="结果跟随输入所在的 device"
+)
 def test_results_follow_the_device_of_the_inputs(kata, other_device):
     case = CASES.edges[0]  # fixed: a verdict on the meta stand-in must not depend on the seed
 
@@ -445,7 +495,7 @@ def test_results_follow_the_device_of_the_inputs(kata, other_device):
     modules.check_on_device(GQA, kata, case, {}, other_device, make)
 
 
-@convention("x and attn_mask are never changed in place.")
+@convention("x and attn_mask are never changed in place.", zh="不修改输入")
 def test_does_not_modify_its_inputs(kata, rng, gen):
     """With a boolean and a float mask."""
     case = CASES.random(rng)[0]

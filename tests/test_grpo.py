@@ -30,6 +30,7 @@ import math
 import torch
 
 from judge.forbidden import NONE
+from judge.language import pick
 from judge.testing.checks import assert_close
 from judge.testing.functions import FunctionKata, assert_inputs_unchanged, computation_eps
 from judge.testing.inputs import randn
@@ -96,12 +97,26 @@ def gradient_tolerance(expected: torch.Tensor, *, float64_throughout=False) -> d
 
 EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
     # groups of 2 (the smallest), three reward kinds, lengths 1..7
-    edge("groups of 2, rows of different lengths", N=3, G=2, T=7, holes=False),
+    edge("groups of 2, rows of different lengths", "每组 2 个，各行长度不同", N=3, G=2, T=7, holes=False),
     # B = T: an advantage applied per token position instead of per row still broadcasts
-    edge("B = T = 6: each advantage goes with its row, not a token position", N=2, G=3, T=6, holes=False),
-    edge("one prompt (N = 1), a group of 8", N=1, G=8, T=5, holes=False),
-    edge("one token per completion (T = 1)", N=3, G=4, T=1, holes=False),
-    edge("odd sizes, every reward kind, holes in the masks", N=5, G=5, T=9, holes=True),
+    edge(
+        "B = T = 6: each advantage goes with its row, not a token position",
+        "B = T = 6：每个优势值跟着它的行走，而不是跟着某个 token 位置",
+        N=2,
+        G=3,
+        T=6,
+        holes=False,
+    ),
+    edge("one prompt (N = 1), a group of 8", "只有一个提示词（N = 1），一组 8 个", N=1, G=8, T=5, holes=False),
+    edge("one token per completion (T = 1)", "每个补全只有一个 token（T = 1）", N=3, G=4, T=1, holes=False),
+    edge(
+        "odd sizes, every reward kind, holes in the masks",
+        "奇数尺寸，每种奖励都有，掩码中有空洞",
+        N=5,
+        G=5,
+        T=9,
+        holes=True,
+    ),
 )
 
 
@@ -330,7 +345,7 @@ def called_with_logps_requiring_grad(kata, args: tuple, kwargs: dict) -> dict:
 # --------------------------------------------------------------------------- group_advantages
 
 
-@core
+@core(zh="group_advantages 对每组连续的奖励做归一化")
 @dtypes(*FULL)
 def test_group_advantages_normalise_each_group_of_consecutive_rewards(kata, rng, gen, dtype, device):
     """(reward - its group's mean) / (its group's unbiased std + eps), groups of G consecutive
@@ -342,28 +357,39 @@ def test_group_advantages_normalise_each_group_of_consecutive_rewards(kata, rng,
             check_advantages(kata, case, rewards, eps=rng.choice((1e-6, 1e-3, 0.01)))
 
 
-@convention("raise ValueError when group_size < 2 (a group of one has no unbiased std) and ...")
+@convention(
+    "raise ValueError when group_size < 2 (a group of one has no unbiased std) and ...",
+    zh="每组少于 2 个时 group_advantages 抛出 ValueError",
+)
 def test_group_advantages_of_fewer_than_2_per_group_raise_value_error(kata, rng, gen):
     case = CASES.random(rng)[0]
     for group_size in (1, 0):
         rewards = make_rewards(gen, case)
-        reason = "a group needs at least 2 completions for an unbiased std"
+        reason = pick(
+            "a group needs at least 2 completions for an unbiased std", "一组至少要有 2 个补全才能算无偏标准差"
+        )
         GRPO.assert_raises(kata, ValueError, rewards, group_size, reason=reason, symbol="group_advantages")
 
 
-@convention("... and when len(rewards) is not a multiple of group_size.")
+@convention(
+    "... and when len(rewards) is not a multiple of group_size.",
+    zh="rewards 不能分成整组时 group_advantages 抛出 ValueError",
+)
 def test_group_advantages_raise_value_error_when_rewards_do_not_split_into_whole_groups(kata, rng, gen):
     case = CASES.random(rng)[0] | {"G": 3}
     for extra in (1, 2):
         rewards = torch.cat([make_rewards(gen, case), randn(gen, extra)])
-        reason = f"{rewards.numel()} rewards are not a whole number of groups of 3"
+        reason = pick(
+            f"{rewards.numel()} rewards are not a whole number of groups of 3",
+            f"{rewards.numel()} 个奖励不能恰好分成每组 3 个的整数组",
+        )
         GRPO.assert_raises(kata, ValueError, rewards, 3, reason=reason, symbol="group_advantages")
 
 
 # --------------------------------------------------------------------------- grpo_loss
 
 
-@core
+@core(zh="grpo_loss 与公式一致")
 @dtypes(*FULL)
 def test_grpo_loss_matches_the_formula(kata, rng, gen, dtype, device):
     """Default clip_eps (0.2) and beta (0.04); the mask as 0.0/1.0 floats, then as bools."""
@@ -373,7 +399,7 @@ def test_grpo_loss_matches_the_formula(kata, rng, gen, dtype, device):
                 check_loss(kata, case, make_args(gen, case, dtype, device, mask=mask))
 
 
-@core
+@core(zh="梯度像经过公式的 autograd 一样回传到 logps")
 @dtypes(*FULL)
 def test_gradients_flow_back_to_logps_like_autograd_through_the_formula(kata, rng, gen, dtype):
     """Outside the clip range the clipped side carries no gradient; inside it both sides
@@ -387,7 +413,7 @@ def test_gradients_flow_back_to_logps_like_autograd_through_the_formula(kata, rn
             check_gradient(kata, case, make_args(gen, case, dtype, mask=mask, clip_eps=clip_eps, beta=beta))
 
 
-@core
+@core(zh="非默认值的 clip_eps 和 beta")
 @dtypes(*FULL)
 def test_clip_eps_and_beta_other_than_the_defaults(kata, rng, gen, dtype, device):
     for index, case in enumerate(CASES.cases(rng)):
@@ -397,7 +423,7 @@ def test_clip_eps_and_beta_other_than_the_defaults(kata, rng, gen, dtype, device
             check_loss(kata, case, make_args(gen, case, dtype, device, mask=mask, clip_eps=clip_eps, beta=beta))
 
 
-@core
+@core(zh="beta 为 0 时去掉 KL 项，不需要参考模型")
 @dtypes(*FULL)
 def test_beta_0_leaves_the_kl_term_out_without_a_reference_model(kata, rng, gen, dtype, device):
     """beta = 0 with ref_logps None (no reference model)."""
@@ -407,7 +433,10 @@ def test_beta_0_leaves_the_kl_term_out_without_a_reference_model(kata, rng, gen,
             check_loss(kata, case, args | {"ref_logps": None})
 
 
-@convention("with beta == 0, ref_logps is not read at all: it may hold anything, -inf included")
+@convention(
+    "with beta == 0, ref_logps is not read at all: it may hold anything, -inf included",
+    zh="beta 为 0 时从不读取 ref_logps，即使其中有 -inf",
+)
 @dtypes(*FULL)
 def test_beta_0_never_reads_ref_logps_even_when_it_holds_minus_inf(kata, rng, gen, dtype, device):
     """ref_logps holding -inf: its KL term would be inf, and 0 * inf is NaN."""
@@ -418,7 +447,10 @@ def test_beta_0_never_reads_ref_logps_even_when_it_holds_minus_inf(kata, rng, ge
             check_loss(kata, case, args | {"ref_logps": args["ref_logps"].masked_fill(blocked.to(device), -math.inf)})
 
 
-@convention("an empty row (a completion whose mask is all 0) gives 0, never 0 / 0, and still counts in the mean")
+@convention(
+    "an empty row (a completion whose mask is all 0) gives 0, never 0 / 0, and still counts in the mean",
+    zh="空行得 0，并计入对所有补全取的平均",
+)
 @dtypes(*FULL)
 def test_an_empty_row_gives_0_and_counts_in_the_mean_over_completions(kata, rng, gen, dtype, device):
     """One or two rows of every case with an empty mask: values (float and bool masks, the
@@ -436,7 +468,7 @@ def test_an_empty_row_gives_0_and_counts_in_the_mean_over_completions(kata, rng,
 # --------------------------------------------------------------------------- both
 
 
-@convention(FLOAT64_RULE)
+@convention(FLOAT64_RULE, zh="float64 输入全程以 float64 计算")
 def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
     """The advantages, the loss and its gradient, each held to float64's own tolerance."""
     for index, case in enumerate(CASES.cases(rng, 2)):
@@ -447,7 +479,7 @@ def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
             check_gradient(kata, case, args, float64_throughout=True)
 
 
-@convention("the advantages are on rewards' device.")
+@convention("the advantages are on rewards' device.", zh="优势值跟随 rewards 所在的设备")
 def test_the_advantages_follow_the_device_of_the_rewards(kata, other_device):
     case = CASES.edges[0]  # fixed: a verdict on the meta stand-in must not depend on the seed
 
@@ -465,7 +497,7 @@ def test_the_advantages_follow_the_device_of_the_rewards(kata, other_device):
     )
 
 
-@convention("the loss is on logps' device.")
+@convention("the loss is on logps' device.", zh="损失跟随输入所在的设备")
 def test_the_loss_follows_the_device_of_the_inputs(kata, other_device):
     case = CASES.edges[0]  # fixed: a verdict on the meta stand-in must not depend on the seed
     for mask in ("float", "bool"):
@@ -479,7 +511,7 @@ def test_the_loss_follows_the_device_of_the_inputs(kata, other_device):
         GRPO.on_device(kata, other_device, make=make, expected=expected, compare=SPEC.assert_close, sizes=sizes(case))
 
 
-@convention("the inputs are never modified (logps requiring grad included).")
+@convention("the inputs are never modified (logps requiring grad included).", zh="grpo_loss 不修改输入")
 def test_grpo_loss_does_not_modify_its_inputs(kata, gen):
     """bool and float masks, beta = 0 without a reference; then a logps that requires grad,
     where a kata may convert or fill in place."""
@@ -490,7 +522,9 @@ def test_grpo_loss_does_not_modify_its_inputs(kata, gen):
     positional, keywords = split(make_args(gen, case, beta=0.0) | {"ref_logps": None})
     GRPO.judging_inputs(kata, *positional, sizes=sizes(case), **keywords)
     positional, keywords = split(make_args(gen, case, mask="bool"))
-    text = GRPO.text("grpo_loss", positional, keywords) + " with a logps that requires grad"
+    text = GRPO.text("grpo_loss", positional, keywords) + pick(
+        " with a logps that requires grad", "（传入的 logps 需要梯度）"
+    )
 
     def check(implementation) -> dict:
         came = called_with_logps_requiring_grad(implementation, positional, keywords)["args"]
@@ -501,7 +535,7 @@ def test_grpo_loss_does_not_modify_its_inputs(kata, gen):
         check(kata)
 
 
-@convention("rewards is never modified.")
+@convention("rewards is never modified.", zh="group_advantages 不修改 rewards")
 def test_group_advantages_do_not_modify_the_rewards(kata, rng, gen):
     for case in (CASES.edges[0], CASES.random(rng)[0]):
         for dtype in FULL:

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from judge.forbidden import AUTOGRAD, LAYER_NORM
+from judge.language import pick
 from judge.testing.checks import Mismatch, assert_close, check_tensor_kind, describe
 from judge.testing.functions import FunctionKata
 from judge.testing.inputs import randn
@@ -101,13 +102,18 @@ def hidden_sizes(rng, count: int) -> list[dict]:
 # first edge case that fails).
 EDGES = (
     # the last dim only, the first leading dim only, every dim: each gives another result
-    edge("two normalised dims behind two leading dims, odd sizes", lead=[3, 4], shape=(5, 7)),
+    edge(
+        "two normalised dims behind two leading dims, odd sizes",
+        "两个前导维后接两个归一化维，奇数尺寸",
+        lead=[3, 4],
+        shape=(5, 7),
+    ),
     # variance 0: x - mean is 0, so the output is the bias and grad_input is 0
-    edge("one normalised element (variance 0)", lead=[4, 3], shape=(1,)),
+    edge("one normalised element (variance 0)", "只有一个归一化元素（方差为 0）", lead=[4, 3], shape=(1,)),
     # grad_weight is summed over no dim at all; sum(dim=()) sums over every dim
-    edge("no leading dims: the whole input one row", lead=[], shape=(3, 5)),
-    edge("three normalised dims, one of size 1", lead=[2], shape=(4, 1, 3)),
-    edge("one position", lead=[1, 1], shape=(9,)),
+    edge("no leading dims: the whole input one row", "没有前导维：整个输入就是一行", lead=[], shape=(3, 5)),
+    edge("three normalised dims, one of size 1", "三个归一化维，其中一个大小为 1", lead=[2], shape=(4, 1, 3)),
+    edge("one position", "只有一个位置", lead=[1, 1], shape=(9,)),
 )
 CASES = CaseTable(draw=hidden_sizes, edges=EDGES, draws=3)
 
@@ -192,6 +198,16 @@ HINTS = {
     "root, every normalised dim) and grad_input's terms: the one through the mean, the one through the "
     "variance (each a mean over the row) and rstd.",
 }
+HINTS_ZH = {
+    "grad_bias": "grad_bias 只需要 grad_output：每个 bias 元素在前导维的每个位置上都被用到，"
+    "所以要对所有前导维求和（且只对它们求和）。",
+    "grad_weight": "grad_bias 是对的：检查 x_hat（按前向的做法重新计算：有偏方差，eps 在平方根内，"
+    "覆盖每个归一化维）以及对前导维的求和。",
+    "grad_input": "grad_weight 是对的，所以 x_hat 也是对的：检查 grad_input 的各项：grad_x_hat 中的 weight、"
+    "经由均值的那一项、经由方差的那一项（各自是对一行取的均值）以及 rstd。",
+    "grad_input without a weight": "检查重新计算的 x_hat（有偏方差，eps 在平方根内，覆盖每个归一化维）以及 "
+    "grad_input 的各项：经由均值的那一项、经由方差的那一项（各自是对一行取的均值）以及 rstd。",
+}
 
 
 def backward_reference(grad_output, x, normalized_shape, weight=None, bias=None, eps=1e-5) -> dict:
@@ -239,7 +255,10 @@ def triple(result, text: str) -> dict:
     """The backward's result as {name: gradient}, after checking it is a triple."""
     if not isinstance(result, (tuple, list)) or len(result) != 3:
         raise AssertionError(
-            f"{text} returned {describe(result)}; expected a triple (grad_input, grad_weight, grad_bias)"
+            pick(
+                f"{text} returned {describe(result)}; expected a triple (grad_input, grad_weight, grad_bias)",
+                f"{text} 返回了 {describe(result)}；应返回三元组 (grad_input, grad_weight, grad_bias)",
+            )
         )
     return dict(zip(NAMES, result))
 
@@ -250,8 +269,12 @@ def check_gradient_kinds(call: str, got: dict, want: dict) -> None:
         if want[name] is None:
             if got[name] is not None:
                 raise Mismatch(
-                    f"{call} returned {name} {describe(got[name])}; expected None: without a weight there is "
-                    "no weight and no bias, so grad_weight and grad_bias are both None",
+                    pick(
+                        f"{call} returned {name} {describe(got[name])}; expected None: without a weight there is "
+                        "no weight and no bias, so grad_weight and grad_bias are both None",
+                        f"{call} 返回的 {name} 是 {describe(got[name])}，应为 None：没有 weight 时既没有 weight "
+                        "也没有 bias，所以 grad_weight 和 grad_bias 都是 None",
+                    ),
                     what=name,
                     actual=got[name],
                     expected=None,
@@ -262,7 +285,12 @@ def check_gradient_kinds(call: str, got: dict, want: dict) -> None:
             check_tensor_kind(got[name], want[name], call=call, what=name)
         except Mismatch as error:
             if got[name] is None:
-                error.args = (f"{error}; with a weight, grad_weight and grad_bias are both tensors",)
+                error.args = (
+                    pick(
+                        f"{error}; with a weight, grad_weight and grad_bias are both tensors",
+                        f"{error}；有 weight 时，grad_weight 和 grad_bias 都是张量",
+                    ),
+                )
             raise
 
 
@@ -274,7 +302,9 @@ def judge_gradients(call: str, got: dict, want: dict, scales: dict, *, float64_t
             continue
         tolerance = grad_tolerance(want[name].dtype, scales[name], float64_throughout=float64_throughout)
         hint = "grad_input without a weight" if want["grad_weight"] is None and name == "grad_input" else name
-        assert_close(got[name], want[name], call=call, what=name, tolerance=tolerance, hint=HINTS[hint])
+        assert_close(
+            got[name], want[name], call=call, what=name, tolerance=tolerance, hint=pick(HINTS[hint], HINTS_ZH[hint])
+        )
 
 
 def check_backward(kata, args: dict, case, *, float64_throughout: bool = False) -> None:
@@ -381,7 +411,7 @@ LN = FunctionKata(
 # --------------------------------------------------------------------------- forward tests
 
 
-@core
+@core(zh="带 weight 和 bias 时与 F.layer_norm 一致")
 @dtypes(*FULL)
 def test_matches_f_layer_norm_with_a_weight_and_a_bias(kata, rng, gen, dtype, device):
     """The default eps (1e-5), normalized_shape as an int, tuple, list or torch.Size."""
@@ -391,7 +421,7 @@ def test_matches_f_layer_norm_with_a_weight_and_a_bias(kata, rng, gen, dtype, de
             check_forward(kata, forward_args(gen, case, dtype, device, shape=shape), case)
 
 
-@core
+@core(zh="weight 和 bias 都可以省略")
 @dtypes(*FULL)
 def test_weight_and_bias_are_each_optional(kata, rng, gen, dtype, device):
     """None for either or both: no scaling, nothing added."""
@@ -402,7 +432,7 @@ def test_weight_and_bias_are_each_optional(kata, rng, gen, dtype, device):
             check_forward(kata, forward_args(gen, case, dtype, device, weight=weight, bias=bias), case)
 
 
-@core
+@core(zh="在方差很小的行上，eps 位于平方根之内")
 @dtypes(*FULL)
 def test_eps_goes_inside_the_square_root_on_rows_of_small_variance(kata, rng, gen, dtype, device):
     """Every row of spread 3e-3 (a variance of 9e-6); eps from 1e-6 to 1e-3, given explicitly."""
@@ -415,7 +445,7 @@ def test_eps_goes_inside_the_square_root_on_rows_of_small_variance(kata, rng, ge
 # --------------------------------------------------------------------------- backward tests
 
 
-@core
+@core(zh="梯度与经过 F.layer_norm 的 autograd 一致")
 @dtypes(*FULL)
 def test_gradients_match_autograd_through_f_layer_norm(kata, rng, gen, dtype, device):
     """With a weight: grad_input, grad_weight and grad_bias, the default eps."""
@@ -425,7 +455,7 @@ def test_gradients_match_autograd_through_f_layer_norm(kata, rng, gen, dtype, de
             check_backward(kata, backward_args(gen, case, dtype, device, shape=shape), case)
 
 
-@core
+@core(zh="没有 weight 时 grad_weight 和 grad_bias 为 None")
 @dtypes(*FULL)
 def test_without_a_weight_grad_weight_and_grad_bias_are_none(kata, rng, gen, dtype, device):
     for case in CASES.cases(rng):
@@ -433,7 +463,7 @@ def test_without_a_weight_grad_weight_and_grad_bias_are_none(kata, rng, gen, dty
             check_backward(kata, backward_args(gen, case, dtype, device, weight=False), case)
 
 
-@core
+@core(zh="反向传播中，在方差很小的行上 eps 位于平方根之内")
 @dtypes(*FULL)
 def test_backward_eps_goes_inside_the_square_root_on_rows_of_small_variance(kata, rng, gen, dtype, device):
     """Every row of spread 3e-3; eps from 1e-6 to 1e-3 given explicitly, with and without a weight."""
@@ -450,7 +480,7 @@ def test_backward_eps_goes_inside_the_square_root_on_rows_of_small_variance(kata
 HALF_RULE = "float16 and bfloat16 inputs are computed in float32 and the result cast back to the input's dtype"
 
 
-@convention(HALF_RULE)
+@convention(HALF_RULE, zh="半精度在 float32 中计算，再转换回原 dtype")
 @dtypes(*HALF)
 def test_half_precision_is_computed_in_float32_and_cast_back(kata, rng, gen, dtype):
     """Rows of spread 300 among the others: their squares overflow float16."""
@@ -460,7 +490,7 @@ def test_half_precision_is_computed_in_float32_and_cast_back(kata, rng, gen, dty
             check_forward(kata, forward_args(gen, case, dtype, "cpu", **options), case)
 
 
-@convention(HALF_RULE)
+@convention(HALF_RULE, zh="半精度的反向传播在 float32 中计算，再转换回原 dtype")
 @dtypes(*HALF)
 def test_backward_in_half_precision_is_computed_in_float32_and_cast_back(kata, rng, gen, dtype):
     """float16 rows of spread 300: their squares overflow float16."""
@@ -470,7 +500,7 @@ def test_backward_in_half_precision_is_computed_in_float32_and_cast_back(kata, r
             check_backward(kata, backward_args(gen, case, dtype, "cpu", spread=spread, weight=index % 3 != 1), case)
 
 
-@convention(FLOAT64_RULE)
+@convention(FLOAT64_RULE, zh="float64 输入全程以 float64 计算")
 def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
     """The forward and the backward (with and without a weight, rows of ordinary and of
     small variance), held to float64's own tolerances."""
@@ -484,7 +514,10 @@ def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
             check_backward(kata, args, case, float64_throughout=True)
 
 
-@convention("layer_norm_backward works under torch.no_grad(), as the grader times it")
+@convention(
+    "layer_norm_backward works under torch.no_grad(), as the grader times it",
+    zh="反向函数在 torch.no_grad() 下、对不需要梯度的输入也能运行",
+)
 def test_backward_works_under_no_grad_on_inputs_that_do_not_require_grad(kata, rng, gen):
     """The gradients come from the learner's own formulas (autograd, in any form, is refused
     by the AUTOGRAD rules in every test)."""
@@ -492,7 +525,9 @@ def test_backward_works_under_no_grad_on_inputs_that_do_not_require_grad(kata, r
     args = backward_args(gen, case, torch.float64, "cpu", eps=rng.choice(EXPLICIT_EPS))
     want, scales = backward_reference(**args), gradient_scales(**args)
     positional, keywords = backward_call(args)
-    text = LN.text("layer_norm_backward", positional, keywords) + " under torch.no_grad()"
+    text = LN.text("layer_norm_backward", positional, keywords) + pick(
+        " under torch.no_grad()", "（在 torch.no_grad() 下）"
+    )
 
     def replay(implementation) -> dict:
         return triple(backward_under_no_grad(implementation, positional, keywords), text)
@@ -501,7 +536,7 @@ def test_backward_works_under_no_grad_on_inputs_that_do_not_require_grad(kata, r
         judge_gradients(text, replay(kata), want, scales)
 
 
-@convention("results follow the inputs' device.")
+@convention("results follow the inputs' device.", zh="结果跟随输入的 dtype 和设备")
 def test_results_follow_the_dtype_and_device_of_the_inputs(kata, other_device):
     """Each result has its input's shape, dtype and device (on "meta" without a GPU: no values)."""
     case = EDGES[0]  # fixed: a verdict on the meta stand-in must not depend on the seed
@@ -543,7 +578,7 @@ def ordered(gradients: dict) -> dict:
     return {name: gradients[name] for name in ORDER}
 
 
-@convention("x, weight and bias (and layer_norm_backward's grad_output) are never changed in place.")
+@convention("x, weight and bias (and layer_norm_backward's grad_output) are never changed in place.", zh="不修改输入")
 def test_does_not_modify_its_inputs(kata, rng, gen):
     """Both functions, in every dtype, with and without a weight."""
     case = CASES.random(rng)[0]

@@ -17,6 +17,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from judge.forbidden import ATTENTION
+from judge.language import pick
 from judge.testing import modules
 from judge.testing.checks import Mismatch, check_tensor_kind
 from judge.testing.diagnosis import diagnosing
@@ -141,9 +142,11 @@ def call_feed_forward_part(feed_forward, args: list, kwargs: dict):
 BLOCK = ModuleKata(
     kata="llama_block",
     cls="LlamaBlock",
-    asks=(
+    asks=pick(
         "attention_norm, attention (with q_proj, k_proj, v_proj, o_proj), ffn_norm, "
-        "feed_forward (with gate_proj, up_proj, down_proj), no biases"
+        "feed_forward (with gate_proj, up_proj, down_proj), no biases",
+        "attention_norm、attention（含 q_proj、k_proj、v_proj、o_proj）、ffn_norm、"
+        "feed_forward（含 gate_proj、up_proj、down_proj），都不带偏置",
     ),
     inputs=("x",),
     reference=reference_module,
@@ -151,9 +154,11 @@ BLOCK = ModuleKata(
     arguments=lambda case, options: ({"d_model": case["C"], "num_heads": case["H"]}, options),
     forward=reference_forward,
     tolerances=TOLERANCES,
-    nan_hint=(
+    nan_hint=pick(
         "NaN usually comes from a softmax over a row of -inf, a token whose every key was blocked: the causal mask "
-        "blocks only the keys after a token, by index (the token at index i sees indices 0..i, itself included)"
+        "blocks only the keys after a token, by index (the token at index i sees indices 0..i, itself included)",
+        "NaN 通常来自对整行 -inf 做 softmax，即某个 token 的所有键都被屏蔽了：因果掩码只按下标屏蔽一个 token "
+        "之后的键（下标 i 的 token 能看到下标 0..i，包括它自己）",
     ),
     probes=(
         Probe("attention", "attention", call_attention_part),
@@ -167,11 +172,33 @@ BLOCK = ModuleKata(
 # contiguous), "unsorted" (distinct, in no order).
 
 EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
-    edge("6 query heads share 2 kv heads, positions from 7", B=2, T=7, C=24, H=6, KV=2, F=37, pos="offset"),
-    edge("multi-query: one kv head, positions with gaps", B=3, T=5, C=12, H=3, KV=1, F=19, pos="gaps"),
-    edge("multi-head: as many kv heads as heads", B=2, T=6, C=10, H=5, KV=5, F=9, pos="default"),
-    edge("one position", B=2, T=1, C=8, H=2, KV=1, F=11, pos="offset"),
-    edge("one sequence, one head", B=1, T=9, C=6, H=1, KV=1, F=13, pos="default"),
+    edge(
+        "6 query heads share 2 kv heads, positions from 7",
+        "6 个查询头共享 2 个 kv 头，位置从 7 开始",
+        B=2,
+        T=7,
+        C=24,
+        H=6,
+        KV=2,
+        F=37,
+        pos="offset",
+    ),
+    edge(
+        "multi-query: one kv head, positions with gaps",
+        "多查询：一个 kv 头，位置有间隔",
+        B=3,
+        T=5,
+        C=12,
+        H=3,
+        KV=1,
+        F=19,
+        pos="gaps",
+    ),
+    edge(
+        "multi-head: as many kv heads as heads", "多头：kv 头与头一样多", B=2, T=6, C=10, H=5, KV=5, F=9, pos="default"
+    ),
+    edge("one position", "一个位置", B=2, T=1, C=8, H=2, KV=1, F=11, pos="offset"),
+    edge("one sequence, one head", "一个序列，一个头", B=1, T=9, C=6, H=1, KV=1, F=13, pos="default"),
 )
 KINDS = ("offset", "gaps", "default")
 
@@ -219,7 +246,7 @@ def shown(positions: torch.Tensor | None) -> str:
 
 def with_positions(case: Case, positions) -> Case:
     sizes = {k: v for k, v in case.sizes.items() if k != "pos"} | {"positions": shown(positions)}
-    return Case(case.desc, sizes, case.edge)
+    return Case(case.desc, sizes, case.edge, zh=case.zh)
 
 
 def benchmark(kata, device):
@@ -346,14 +373,14 @@ def feed_forward_widths(kata, C: int, H: int, multiple_of: int) -> dict:
 # --------------------------------------------------------------------------- the math
 
 
-@core
+@core(zh="与用 PyTorch 组件搭建的 Llama 块一致")
 @dtypes(*FULL)
 def test_matches_the_llama_block_built_from_pytorch_parts(kata, rng, gen, dtype, device):
     """Every option passed (num_kv_heads, d_ff, rope_base, norm_eps), positions default or explicit."""
     run_cases(kata, rng, gen, CASES.cases(rng, edges=dtype == torch.float64), dtype, device)
 
 
-@core
+@core(zh="按给定的 positions 旋转 q 和 k")
 @dtypes(*FULL)
 def test_rotates_q_and_k_at_the_positions_given(kata, rng, gen, dtype):
     """Explicit positions: an offset arange (the tokens after a prompt) and increasing ones with gaps."""
@@ -361,13 +388,13 @@ def test_rotates_q_and_k_at_the_positions_given(kata, rng, gen, dtype):
         run_cases(kata, rng, gen, CASES.random(rng, 2), dtype, kind=kind)
 
 
-@core
+@core(zh="因果掩码按下标计算，与 positions 无关")
 def test_causal_mask_goes_by_index_whatever_the_positions(kata, rng, gen):
     """Positions in no order: token i still sees tokens 0..i, by index."""
     run_cases(kata, rng, gen, CASES.random(rng, 2), torch.float64, kind="unsorted")
 
 
-@core
+@core(zh="后面的 token 不改变前面的输出")
 def test_later_tokens_do_not_change_earlier_outputs(kata, rng, gen):
     """Causality on its own: change x from index t on; the outputs before t must not move."""
     case = CASES.random(rng)[0]
@@ -387,8 +414,12 @@ def test_later_tokens_do_not_change_earlier_outputs(kata, rng, gen):
         if moved.any():
             p = int(moved.nonzero()[0])
             raise AssertionError(
-                f"{call}: changing x at indices {t}..{T - 1} only changed the output at index {p} < {t}; "
-                "the token at index i may attend to indices 0..i only (block key j > query i)"
+                pick(
+                    f"{call}: changing x at indices {t}..{T - 1} only changed the output at index {p} < {t}; "
+                    "the token at index i may attend to indices 0..i only (block key j > query i)",
+                    f"{call}：只改动了 x 在下标 {t}..{T - 1} 处的值，下标 {p} < {t} 处的输出却变了；"
+                    "下标 i 的 token 只能关注下标 0..i（屏蔽键 j > 查询 i）",
+                )
             )
         return {}
 
@@ -396,18 +427,28 @@ def test_later_tokens_do_not_change_earlier_outputs(kata, rng, gen):
         causality(kata)
 
 
-@core
+@core(zh="d_ff=None 时取 4 * d_model 的 2/3，向上取整到 multiple_of 的倍数")
 def test_d_ff_none_is_two_thirds_of_4_d_model_rounded_up_to_multiple_of(kata, rng, gen):
     """d_ff=None with small multiple_of values, so rounding up and rounding down differ."""
     for C, multiple_of in ((10, 8), (12, 5), (6, 4)):  # 26 -> 32, 32 -> 35, 16 -> 16
-        case = edge(f"Llama's d_ff, rounded up to a multiple of {multiple_of}", B=2, T=5, C=C, H=C // 2, KV=1)
+        case = Case(
+            f"Llama's d_ff, rounded up to a multiple of {multiple_of}",
+            {"B": 2, "T": 5, "C": C, "H": C // 2, "KV": 1},
+            True,
+            zh=f"Llama 的 d_ff，向上取整到 {multiple_of} 的倍数",
+        )
         want = llama_d_ff(C, multiple_of)
         text = modules.module_repr("LlamaBlock", d_model=C, num_heads=C // 2, num_kv_heads=1, multiple_of=multiple_of)
 
         def widths(implementation, C=C, multiple_of=multiple_of, text=text) -> dict:
             got = feed_forward_widths(implementation, C, C // 2, multiple_of)
             if "missing" in got:
-                raise AssertionError(f"{text}: {got['missing']}; the kata asks for {BLOCK.asks}")
+                raise AssertionError(
+                    pick(
+                        f"{text}: {got['missing']}; the kata asks for {BLOCK.asks}",
+                        f"{text}：{got['missing']}；题目要求 {BLOCK.asks}",
+                    )
+                )
             return got
 
         with case.judged(), diagnosing(BLOCK.kata, widths, case):
@@ -415,9 +456,14 @@ def test_d_ff_none_is_two_thirds_of_4_d_model_rounded_up_to_multiple_of(kata, rn
             expected = [(want, C), (want, C), (C, want)]
             if got != expected:
                 raise Mismatch(
-                    f"{text} built feed_forward weights of shapes gate_proj {list(got[0])}, up_proj {list(got[1])}, "
-                    f"down_proj {list(got[2])}; expected d_ff = {want}: int(2 * 4 * {C} / 3) = {int(8 * C / 3)}, "
-                    f"rounded UP to a multiple of {multiple_of}",
+                    pick(
+                        f"{text} built feed_forward weights of shapes gate_proj {list(got[0])}, "
+                        f"up_proj {list(got[1])}, down_proj {list(got[2])}; expected d_ff = {want}: "
+                        f"int(2 * 4 * {C} / 3) = {int(8 * C / 3)}, rounded UP to a multiple of {multiple_of}",
+                        f"{text} 建出的 feed_forward 权重形状为 gate_proj {list(got[0])}、"
+                        f"up_proj {list(got[1])}、down_proj {list(got[2])}；应为 d_ff = {want}："
+                        f"int(2 * 4 * {C} / 3) = {int(8 * C / 3)}，再向上取整到 {multiple_of} 的倍数",
+                    ),
                     what="d_ff",
                     actual=got,
                     expected=expected,
@@ -426,14 +472,14 @@ def test_d_ff_none_is_two_thirds_of_4_d_model_rounded_up_to_multiple_of(kata, rn
         run_cases(kata, rng, gen, [case | {"pos": "default"}], torch.float32, options=options)
 
 
-@core
+@core(zh="默认值：MHA、Llama 的 d_ff、rope_base 10000、eps 1e-6")
 def test_defaults_are_mha_llamas_d_ff_rope_base_10000_and_eps_1e_6(kata, rng, gen):
     """LlamaBlock(d_model, num_heads) alone, on inputs small enough (std 1e-3) that eps=1e-6 matters."""
     cases = [case | {"KV": case["H"]} for case in CASES.random(rng, 2)]
     run_cases(kata, rng, gen, cases, torch.float32, options={}, std=1e-3)
 
 
-@core
+@core(zh="参数与 Llama 块完全一致")
 def test_has_exactly_the_parameters_of_a_llama_block(kata, rng, gen):
     """attention_norm.weight, attention.{q,k,v,o}_proj.weight, ffn_norm.weight,
     feed_forward.{gate,up,down}_proj.weight: no biases, k and v projecting to KV * hs."""
@@ -442,7 +488,7 @@ def test_has_exactly_the_parameters_of_a_llama_block(kata, rng, gen):
         modules.call(BLOCK, kata, build(gen, rng, case), inputs(gen, case))
 
 
-@core
+@core(zh="自己实现注意力")
 def test_writes_its_own_attention(kata, rng, gen):
     """The spec's forbidden rules refuse PyTorch's attention while the kata runs."""
     case = CASES.random(rng, 1)[0]
@@ -454,7 +500,10 @@ def test_writes_its_own_attention(kata, rng, gen):
 # --------------------------------------------------------------------------- conventions
 
 
-@convention("float16 and bfloat16 work at positions past their exact integers (2048 and 256): ...")
+@convention(
+    "float16 and bfloat16 work at positions past their exact integers (2048 and 256): ...",
+    zh="半精度下位置超出其能精确表示的整数时仍可用",
+)
 @dtypes(*HALF)
 def test_works_in_half_precision_at_positions_past_its_exact_integers(kata, rng, gen, dtype):
     """Positions from 2100 on: float16 holds integers exactly only up to 2048, bfloat16 up to 256;
@@ -462,7 +511,7 @@ def test_works_in_half_precision_at_positions_past_its_exact_integers(kata, rng,
     run_cases(kata, rng, gen, CASES.random(rng, 2), dtype, kind="offset", offset=rng.randint(2100, 3000))
 
 
-@convention(FLOAT64_RULE)
+@convention(FLOAT64_RULE, zh="float64 输入全程以 float64 计算")
 def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
     """The edge cases and a draw at positions past 100 (where angles computed in float32 are
     off by 1e-5 rad), judged with float64's own tolerance."""
@@ -471,14 +520,29 @@ def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
     run_cases(kata, rng, gen, CASES.random(rng, 1), torch.float64, **far, float64_throughout=True)
 
 
-@convention("raise ValueError unless d_model % num_heads == 0, num_heads % num_kv_heads == 0 and the head size")
+@convention(
+    "raise ValueError unless d_model % num_heads == 0, num_heads % num_kv_heads == 0 and the head size",
+    zh="尺寸无法整除时抛出 ValueError",
+)
 def test_raises_value_error_for_sizes_that_do_not_split(kata, rng):
     """d_model not divisible by num_heads, num_heads not by num_kv_heads, an odd head size."""
     H = rng.randint(2, 5)
     for args, reason in (
-        ((2 * H * rng.randint(1, 3) + 1, H), "d_model cannot be split evenly into num_heads heads"),
-        ((4 * 6, 6, 4), "6 query heads cannot be shared evenly by 4 kv heads"),
-        ((3 * H, H), f"the head size {3 * H} // {H} = 3 is odd: RoPE rotates pairs"),
+        (
+            (2 * H * rng.randint(1, 3) + 1, H),
+            pick("d_model cannot be split evenly into num_heads heads", "d_model 无法平均分成 num_heads 个头"),
+        ),
+        (
+            (4 * 6, 6, 4),
+            pick("6 query heads cannot be shared evenly by 4 kv heads", "6 个查询头无法平均分给 4 个 kv 头"),
+        ),
+        (
+            (3 * H, H),
+            pick(
+                f"the head size {3 * H} // {H} = 3 is odd: RoPE rotates pairs",
+                f"头大小 {3 * H} // {H} = 3 是奇数：RoPE 按对旋转",
+            ),
+        ),
     ):
         named = dict(zip(("d_model", "num_heads", "num_kv_heads"), args))
         positional = {k: v for k, v in named.items() if k != "num_kv_heads"}
@@ -486,7 +550,10 @@ def test_raises_value_error_for_sizes_that_do_not_split(kata, rng):
         modules.check_raises(BLOCK, kata, positional, keywords, expected=ValueError, reason=reason)
 
 
-@convention("results follow the input's device (the default positions and the causal mask made inside forward too).")
+@convention(
+    "results follow the input's device (the default positions and the causal mask made inside forward too).",
+    zh="结果跟随输入所在的 device",
+)
 def test_results_follow_the_device_of_the_inputs(kata, other_device):
     """Default positions, then explicit ones on the input's device."""
     case = CASES.edges[0]  # fixed: a verdict on the meta stand-in must not depend on the seed
@@ -501,7 +568,7 @@ def test_results_follow_the_device_of_the_inputs(kata, other_device):
         modules.check_on_device(BLOCK, kata, case, options, other_device, make)
 
 
-@convention("x and positions are never changed in place.")
+@convention("x and positions are never changed in place.", zh="不修改输入")
 def test_does_not_modify_its_inputs(kata, rng, gen):
     case = CASES.random(rng, 1)[0]
     built = build(gen, rng, case)

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from judge.forbidden import ATTENTION
+from judge.language import pick
 from judge.testing import modules
 from judge.testing.checks import describe
 from judge.testing.inputs import as_float_mask, blocked_mask, padding_mask, randn
@@ -40,14 +41,22 @@ def reference_forward(reference, inputs, kwargs):
 
 def outputs(result, call, kwargs):
     if not isinstance(result, (tuple, list)) or len(result) != 2:
-        raise AssertionError(f"{call} returned {describe(result)}; expected a pair (output, weights)")
+        raise AssertionError(
+            pick(
+                f"{call} returned {describe(result)}; expected a pair (output, weights)",
+                f"{call} 返回了 {describe(result)}；应返回一对 (output, weights)",
+            )
+        )
     return {"weights": result[1], "output": result[0]}
 
 
 MHA = ModuleKata(
     kata="multi_head_attention",
     cls="MultiHeadAttention",
-    asks="q_proj, k_proj, v_proj, out_proj (each nn.Linear(embed_dim, embed_dim, bias=bias))",
+    asks=pick(
+        "q_proj, k_proj, v_proj, out_proj (each nn.Linear(embed_dim, embed_dim, bias=bias))",
+        "q_proj、k_proj、v_proj、out_proj（每个都是 nn.Linear(embed_dim, embed_dim, bias=bias)）",
+    ),
     inputs=("query", "key", "value"),
     reference=lambda case, options: nn.MultiheadAttention(
         case["E"], case["H"], bias=options.get("bias", True), batch_first=True, dtype=torch.float64
@@ -106,7 +115,7 @@ def check(kata, built, inputs, **kwargs):
     modules.check(MHA, kata, built, inputs, **kwargs)
 
 
-@core
+@core(zh="自注意力下与 nn.MultiheadAttention 一致")
 @dtypes(*FULL)
 def test_matches_nn_multihead_attention_in_self_attention(kata, rng, gen, dtype, device):
     for case in CASES.cases(rng, edges=dtype == torch.float64):
@@ -115,7 +124,7 @@ def test_matches_nn_multihead_attention_in_self_attention(kata, rng, gen, dtype,
             check(kata, built, make_inputs(gen, case, dtype, device, cross=False))
 
 
-@core
+@core(zh="交叉注意力下与 nn.MultiheadAttention 一致")
 @dtypes(*FULL)
 def test_matches_nn_multihead_attention_in_cross_attention(kata, rng, gen, dtype, device):
     """L != S, and key and value are different tensors."""
@@ -125,7 +134,7 @@ def test_matches_nn_multihead_attention_in_cross_attention(kata, rng, gen, dtype
             check(kata, built, make_inputs(gen, case, dtype, device, cross=True))
 
 
-@core
+@core(zh="key_padding_mask 为 True 的键被忽略")
 @dtypes(*FULL)
 def test_key_padding_mask_true_ignores_that_key(kata, rng, gen, dtype, device):
     """[B, S], a different number of padded keys per batch row."""
@@ -138,7 +147,7 @@ def test_key_padding_mask_true_ignores_that_key(kata, rng, gen, dtype, device):
                 check(kata, built, inputs, key_padding_mask=padding)
 
 
-@core
+@core(zh="attn_mask 为 True 处屏蔽该查询-键对")
 @dtypes(*FULL)
 def test_attn_mask_true_blocks_that_query_key_pair(kata, rng, gen, dtype, device):
     """[L, S], alone and together with a key_padding_mask."""
@@ -152,7 +161,7 @@ def test_attn_mask_true_blocks_that_query_key_pair(kata, rng, gen, dtype, device
             check(kata, built, inputs, key_padding_mask=padding, attn_mask=mask)
 
 
-@core
+@core(zh="浮点掩码加到注意力分数上")
 @dtypes(*FULL)
 def test_float_masks_are_added_to_the_scores(kata, rng, gen, dtype, device):
     """Finite random values, -inf where blocked, in attn_mask and key_padding_mask alike."""
@@ -166,7 +175,7 @@ def test_float_masks_are_added_to_the_scores(kata, rng, gen, dtype, device):
             check(kata, built, inputs, key_padding_mask=padding, attn_mask=mask)
 
 
-@core
+@core(zh="is_causal 自行施加因果掩码")
 @dtypes(*FULL)
 def test_is_causal_applies_a_causal_mask_by_itself(kata, rng, gen, dtype, device):
     """No attn_mask needed (PyTorch's module would want one); with and without padding, and
@@ -181,7 +190,7 @@ def test_is_causal_applies_a_causal_mask_by_itself(kata, rng, gen, dtype, device
             check(kata, built, make_inputs(gen, case, dtype, device, cross=True), is_causal=True)
 
 
-@core
+@core(zh="is_causal 与 attn_mask 同时生效")
 @dtypes(*FULL)
 def test_is_causal_and_attn_mask_both_apply(kata, rng, gen, dtype, device):
     """Given together, a key is blocked when either blocks it (boolean and float masks)."""
@@ -194,7 +203,7 @@ def test_is_causal_and_attn_mask_both_apply(kata, rng, gen, dtype, device):
             check(kata, built, inputs, attn_mask=as_float_mask(gen, mask, dtype).to(device), is_causal=True)
 
 
-@core
+@core(zh="具有 nn.MultiheadAttention 的各个投影")
 def test_has_the_projections_of_nn_multihead_attention(kata, rng, gen):
     """q_proj, k_proj, v_proj, out_proj, with biases exactly when bias=True."""
     case = CASES.random(rng)[1]
@@ -202,7 +211,7 @@ def test_has_the_projections_of_nn_multihead_attention(kata, rng, gen):
         check(kata, build(gen, case, bias=bias), make_inputs(gen, case, cross=True))
 
 
-@core
+@core(zh="自己实现注意力")
 def test_writes_its_own_attention(kata, rng, gen):
     """The spec's forbidden rules refuse PyTorch's attention while the kata runs; here every
     path through forward runs once."""
@@ -216,7 +225,7 @@ def test_writes_its_own_attention(kata, rng, gen):
     modules.call(MHA, kata, built.mode(True), inputs, need_weights=False)
 
 
-@convention("weights: ... None when need_weights=False.")
+@convention("weights: ... None when need_weights=False.", zh="need_weights=False 时权重返回 None")
 @dtypes(*FULL)
 def test_need_weights_false_returns_none_for_the_weights(kata, rng, gen, dtype, device):
     for case in CASES.random(rng, 2):
@@ -227,20 +236,28 @@ def test_need_weights_false_returns_none_for_the_weights(kata, rng, gen, dtype, 
             check(kata, built, inputs, key_padding_mask=padding, need_weights=False)
 
 
-@convention("dropout: probability of zeroing an attention weight, in train() mode only. eval() disables it.")
+@convention(
+    "dropout: probability of zeroing an attention weight, in train() mode only. eval() disables it.",
+    zh="eval() 模式下关闭 dropout",
+)
 def test_eval_mode_disables_dropout(kata, rng, gen):
     for case in CASES.random(rng, 2):
         with case.judged():
             check(kata, build(gen, case, dropout=0.5), make_inputs(gen, case, cross=True))
 
 
-@convention("dropout: probability of zeroing an attention weight, in train() mode only.")
+@convention(
+    "dropout: probability of zeroing an attention weight, in train() mode only.", zh="train() 模式下启用 dropout"
+)
 def test_train_mode_applies_dropout(kata, rng, gen):
     case = CASES.random(rng)[1]
     modules.check_dropout_in_train_mode(MHA, kata, build(gen, case, dropout=0.5), make_inputs(gen, case, cross=True))
 
 
-@convention("float16 and bfloat16 work: a blocked score is -inf, not -1e9 (out of float16's range).")
+@convention(
+    "float16 and bfloat16 work: a blocked score is -inf, not -1e9 (out of float16's range).",
+    zh="带掩码时在半精度下也能工作",
+)
 @dtypes(*HALF)
 def test_works_in_half_precision_with_masks(kata, rng, gen, dtype):
     for case in CASES.random(rng, 2):
@@ -251,7 +268,7 @@ def test_works_in_half_precision_with_masks(kata, rng, gen, dtype):
             check(kata, built, inputs, key_padding_mask=padding, is_causal=True)
 
 
-@convention(FLOAT64_RULE)
+@convention(FLOAT64_RULE, zh="float64 输入全程用 float64 计算")
 def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
     for case in CASES.cases(rng, 2):
         with case.judged():
@@ -261,7 +278,10 @@ def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
             check(kata, built, inputs, key_padding_mask=padding, is_causal=True, float64_throughout=True)
 
 
-@convention("autograd sees every step (no .detach(), .data or torch.no_grad() inside forward).")
+@convention(
+    "autograd sees every step (no .detach(), .data or torch.no_grad() inside forward).",
+    zh="梯度像 PyTorch 一样回传到输入",
+)
 def test_gradients_flow_back_to_the_inputs_like_pytorch(kata, rng, gen):
     case = CASES.random(rng)[1]
     built = build(gen, case, torch.float64)
@@ -278,12 +298,15 @@ def test_gradients_flow_back_to_the_inputs_like_pytorch(kata, rng, gen):
     modules.check_gradients(MHA, kata, built, inputs, upstream, reference, key_padding_mask=padding)
 
 
-@convention("raise ValueError when embed_dim is not divisible by num_heads.")
+@convention(
+    "raise ValueError when embed_dim is not divisible by num_heads.",
+    zh="embed_dim 不能被 num_heads 整除时抛出 ValueError",
+)
 def test_embed_dim_not_divisible_by_num_heads_raises_value_error(kata, rng):
     modules.check_heads_must_divide(MHA, kata, rng, "embed_dim", "num_heads")
 
 
-@convention("results follow the inputs' device (a causal mask made inside forward too).")
+@convention("results follow the inputs' device (a causal mask made inside forward too).", zh="结果位于输入所在的设备上")
 def test_results_follow_the_device_of_the_inputs(kata, other_device):
     case = CASES.edges[0]  # fixed: a verdict on the meta stand-in must not depend on the seed
 
@@ -295,7 +318,7 @@ def test_results_follow_the_device_of_the_inputs(kata, other_device):
     modules.check_on_device(MHA, kata, case, {}, other_device, make)
 
 
-@convention("the inputs and masks are never changed in place.")
+@convention("the inputs and masks are never changed in place.", zh="不修改输入")
 def test_does_not_modify_its_inputs(kata, rng, gen):
     """Boolean and float masks of both kinds."""
     case = CASES.random(rng)[1]

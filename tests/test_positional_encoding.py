@@ -2,6 +2,7 @@
 
 import torch
 
+from judge.language import pick
 from judge.testing.functions import FunctionKata, computation_eps, named
 from judge.testing.spec import FLOAT64_RULE, Case, CaseTable, KataSpec, dtypes, edge
 from judge.testing.tiers import convention, core
@@ -68,12 +69,12 @@ SPEC = KataSpec(
     cases=CaseTable(
         draw=hidden_sizes,
         edges=(
-            edge("one pair of columns, odd length", P=37, D=2),
+            edge("one pair of columns, odd length", "一对列，奇数长度", P=37, D=2),
             # Positions made in a half dtype round to even numbers above 256 (bfloat16) and
             # 2048 (float16): their angles are then wrong by up to a whole radian.
-            edge("past bfloat16's exact integers", P=300, D=6),
-            edge("past float16's exact integers", P=2100, D=8),
-            edge("one position", P=1, D=10),
+            edge("past bfloat16's exact integers", "超出 bfloat16 能精确表示的整数", P=300, D=6),
+            edge("past float16's exact integers", "超出 float16 能精确表示的整数", P=2100, D=8),
+            edge("one position", "一个位置", P=1, D=10),
         ),
         draws=3,
     ),
@@ -100,7 +101,7 @@ def check_table(kata, case, *args, float64_throughout=False, **kwargs) -> None:
         SPEC.assert_close(call["table"], want, call=call.text, what="table", tolerance=allowed)
 
 
-@core
+@core(zh="与公式一致")
 @dtypes(torch.float32, torch.float64)
 def test_matches_the_formula(kata, rng, dtype):
     for case in SPEC.cases.cases(rng):
@@ -108,20 +109,23 @@ def test_matches_the_formula(kata, rng, dtype):
         check_table(kata, case, base, dtype=dtype)
 
 
-@core
+@core(zh="默认值：base 10000、float32")
 def test_defaults_are_base_10000_and_float32(kata, rng):
-    case = Case("random sizes", {"P": rng.randrange(20, 100), "D": 2 * rng.randrange(3, 20)})
+    case = Case("random sizes", {"P": rng.randrange(20, 100), "D": 2 * rng.randrange(3, 20)}, zh="随机尺寸")
     check_table(kata, case)
 
 
-@convention("float16 and bfloat16 tables take their angles in float32 (or float64) and are cast at the end.")
+@convention(
+    "float16 and bfloat16 tables take their angles in float32 (or float64) and are cast at the end.",
+    zh="半精度先精确计算再转换",
+)
 @dtypes(torch.float16, torch.bfloat16)
 def test_half_precision_is_computed_precisely_then_cast(kata, rng, dtype):
     for case in SPEC.cases.cases(rng):
         check_table(kata, case, dtype=dtype)
 
 
-@convention(FLOAT64_RULE)
+@convention(FLOAT64_RULE, zh="float64 输入全程以 float64 计算")
 def test_float64_inputs_are_computed_in_float64_throughout(kata, rng):
     """The positions past half precision's exact integers make a float32 angle show."""
     for case in SPEC.cases.cases(rng, 2):
@@ -129,13 +133,14 @@ def test_float64_inputs_are_computed_in_float64_throughout(kata, rng):
         check_table(kata, case, base, dtype=torch.float64, float64_throughout=True)
 
 
-@convention("an odd d_model raises ValueError.")
+@convention("an odd d_model raises ValueError.", zh="d_model 为奇数时抛出 ValueError")
 def test_odd_d_model_raises_value_error(kata, rng):
     d = 2 * rng.randrange(1, 20) + 1
-    TABLE.assert_raises(kata, ValueError, 4, d, reason=f"odd d_model = {d}: sines and cosines come in pairs")
+    reason = pick(f"odd d_model = {d}: sines and cosines come in pairs", f"d_model = {d} 是奇数：正弦和余弦成对出现")
+    TABLE.assert_raises(kata, ValueError, 4, d, reason=reason)
 
 
-@convention("the table is built on `device`.")
+@convention("the table is built on `device`.", zh="表建在指定的 device 上")
 def test_table_is_built_on_the_requested_device(kata, other_device):
     case = SPEC.cases.edges[0]  # fixed: a verdict on the meta stand-in must not depend on the seed
     p, d = case["P"], case["D"]

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from judge.forbidden import RMS_NORM
+from judge.language import pick
 from judge.testing import modules
 from judge.testing.checks import assert_close, call_repr, describe
 from judge.testing.diagnosis import diagnosing
@@ -75,12 +76,12 @@ def hidden_sizes(rng, count: int) -> list[dict]:
 # first edge case that fails).
 EDGES = (
     # a mean over the last dim only, over every dim, or over the leading dims all differ here
-    edge("two normalised dims, odd sizes", lead=[2, 3], shape=(5, 7)),
-    edge("three normalised dims, one of size 1", lead=[3], shape=(4, 1, 3)),
+    edge("two normalised dims, odd sizes", "两个归一化维度，大小为奇数", lead=[2, 3], shape=(5, 7)),
+    edge("three normalised dims, one of size 1", "三个归一化维度，其中一个大小为 1", lead=[3], shape=(4, 1, 3)),
     # x / sqrt(x ** 2 + eps): a variance (x - mean) is 0 here
-    edge("one element normalised", lead=[4, 5], shape=(1,)),
-    edge("no leading dims: the whole input normalised", lead=[], shape=(3, 5)),
-    edge("one position", lead=[1, 1], shape=(9,)),
+    edge("one element normalised", "只归一化一个元素", lead=[4, 5], shape=(1,)),
+    edge("no leading dims: the whole input normalised", "没有前导维度：整个输入一起归一化", lead=[], shape=(3, 5)),
+    edge("one position", "一个位置", lead=[1, 1], shape=(9,)),
 )
 CASES = CaseTable(draw=hidden_sizes, edges=EDGES, draws=3)
 
@@ -107,7 +108,10 @@ def arguments(case, options):
 NORM = ModuleKata(
     kata="rms_norm",
     cls="RMSNorm",
-    asks="weight (an nn.Parameter of shape normalized_shape) when elementwise_affine=True, no parameter otherwise",
+    asks=pick(
+        "weight (an nn.Parameter of shape normalized_shape) when elementwise_affine=True, no parameter otherwise",
+        "elementwise_affine=True 时有 weight（形状为 normalized_shape 的 nn.Parameter），否则没有任何参数",
+    ),
     inputs=("x",),
     reference=pytorch_module,
     parameters=lambda reference: {} if reference.weight is None else {"weight": reference.weight},
@@ -229,23 +233,38 @@ def settings_problem(found: dict, built: str, pytorch: nn.RMSNorm, names=SETTING
     for name in names:
         (mine, kind), theirs = found[name], getattr(pytorch, name)
         if mine != theirs or kind != type(theirs).__name__:
-            return f"{built}.{name} is {mine!r}; nn.RMSNorm keeps {theirs!r}"
+            return pick(
+                f"{built}.{name} is {mine!r}; nn.RMSNorm keeps {theirs!r}",
+                f"{built}.{name} 是 {mine!r}；nn.RMSNorm 保存的是 {theirs!r}",
+            )
     expected = sorted(name for name, _ in pytorch.named_parameters())
     if found["parameters"] != expected:
-        return f"{built} has parameters {found['parameters']}; expected {expected}"
+        return pick(
+            f"{built} has parameters {found['parameters']}; expected {expected}",
+            f"{built} 的参数是 {found['parameters']}；应为 {expected}",
+        )
     weight = found["weight"]
     value = weight.get("value")
     if pytorch.weight is None:
         if weight["kind"] != "NoneType":
-            shown = "missing" if weight["kind"] == "missing" else describe(value)
-            return f'{built}.weight is {shown}; expected None, as nn.RMSNorm\'s (register_parameter("weight", None))'
+            shown = pick("missing", "缺失") if weight["kind"] == "missing" else describe(value)
+            return pick(
+                f'{built}.weight is {shown}; expected None, as nn.RMSNorm\'s (register_parameter("weight", None))',
+                f'{built}.weight 是 {shown}；应为 None，与 nn.RMSNorm 的一样（register_parameter("weight", None)）',
+            )
         return None
     shape = pytorch.normalized_shape
     if weight["kind"] != "Parameter" or value.shape != shape or not weight["requires_grad"]:
         shown = describe(value) if value is not None else weight["kind"]
-        return f"{built}.weight is {shown}; expected a trainable Parameter of shape {shape}"
+        return pick(
+            f"{built}.weight is {shown}; expected a trainable Parameter of shape {shape}",
+            f"{built}.weight 是 {shown}；应为形状 {shape} 的可训练 Parameter",
+        )
     if not torch.equal(value, torch.ones(shape)):
-        return f"{built}.weight starts at {value.flatten()[:6].tolist()}...; nn.RMSNorm starts at ones"
+        return pick(
+            f"{built}.weight starts at {value.flatten()[:6].tolist()}...; nn.RMSNorm starts at ones",
+            f"{built}.weight 的初始值是 {value.flatten()[:6].tolist()}...；nn.RMSNorm 初始为全 1",
+        )
     return None
 
 
@@ -268,7 +287,7 @@ def check_settings(kata, shape, keywords: dict, names=SETTINGS) -> None:
 # --------------------------------------------------------------------------- tests: the math
 
 
-@core
+@core(zh="默认 eps 时与 nn.RMSNorm 一致")
 @dtypes(*FULL)
 def test_matches_nn_rmsnorm_with_the_default_eps(kata, rng, gen, dtype, device):
     """eps=None: float32's machine epsilon for a float32 input, float64's for a float64 one."""
@@ -278,7 +297,7 @@ def test_matches_nn_rmsnorm_with_the_default_eps(kata, rng, gen, dtype, device):
             check(kata, built, make_input(gen, case, dtype, device))
 
 
-@core
+@core(zh="显式给出 eps 时与 nn.RMSNorm 一致")
 @dtypes(*FULL)
 def test_matches_nn_rmsnorm_with_an_explicit_eps(kata, rng, gen, dtype, device):
     """eps from 1e-8 to 1e-3, added inside the square root: it matters on the tiny rows."""
@@ -289,7 +308,7 @@ def test_matches_nn_rmsnorm_with_an_explicit_eps(kata, rng, gen, dtype, device):
             check(kata, built, make_input(gen, case, dtype, device))
 
 
-@core
+@core(zh="normalized_shape 可以是 int、tuple、list 或 torch.Size")
 def test_normalized_shape_may_be_an_int_a_tuple_a_list_or_a_size(kata, rng, gen):
     """Each form builds the same module: the weight of that shape, the same output."""
     case = CASES.random(rng)[0]
@@ -306,7 +325,8 @@ def test_normalized_shape_may_be_an_int_a_tuple_a_list_or_a_size(kata, rng, gen)
 
 
 @convention(
-    "float16 and bfloat16 inputs are computed in float32 (eps=None: float32's eps) and the result is cast back"
+    "float16 and bfloat16 inputs are computed in float32 (eps=None: float32's eps) and the result is cast back",
+    zh="半精度输入以 float32 计算，结果再转回原 dtype",
 )
 @dtypes(*HALF)
 def test_half_precision_is_computed_in_float32_and_cast_back(kata, rng, gen, dtype):
@@ -320,7 +340,7 @@ def test_half_precision_is_computed_in_float32_and_cast_back(kata, rng, gen, dty
             check(kata, build(gen, case, dtype, eps=rng.choice(EXPLICIT_EPS)), make_input(gen, case, dtype))
 
 
-@convention(FLOAT64_RULE)
+@convention(FLOAT64_RULE, zh="float64 输入全程以 float64 计算")
 def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
     """float64's own tolerance (1e-13), with the default eps and an explicit one."""
     for case in CASES.cases(rng, 2):
@@ -331,7 +351,10 @@ def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
                 check(kata, built, make_input(gen, case, torch.float64), float64_throughout=True)
 
 
-@convention("elementwise_affine=False: no parameter at all, and self.weight is None.")
+@convention(
+    "elementwise_affine=False: no parameter at all, and self.weight is None.",
+    zh="没有 elementwise_affine 时不带 weight",
+)
 @dtypes(*FULL)
 def test_without_elementwise_affine_there_is_no_weight(kata, rng, gen, dtype):
     """No parameter at all, self.weight is None, the output unscaled."""
@@ -345,7 +368,8 @@ def test_without_elementwise_affine_there_is_no_weight(kata, rng, gen, dtype):
 
 
 @convention(
-    "self.normalized_shape (a tuple), self.eps and self.elementwise_affine keep the settings as nn.RMSNorm does"
+    "self.normalized_shape (a tuple), self.eps and self.elementwise_affine keep the settings as nn.RMSNorm does",
+    zh="新模块保存各项设置，weight 初始为全 1",
 )
 def test_a_new_module_keeps_its_settings_and_starts_with_a_weight_of_ones(kata, rng):
     """As nn.RMSNorm: normalized_shape as a tuple, eps as given (None stays None),
@@ -355,7 +379,9 @@ def test_a_new_module_keeps_its_settings_and_starts_with_a_weight_of_ones(kata, 
         check_settings(kata, shape, {"eps": eps, "elementwise_affine": affine})
 
 
-@convention("autograd sees every step: gradients flow to x and to the weight.")
+@convention(
+    "autograd sees every step: gradients flow to x and to the weight.", zh="梯度像 PyTorch 一样回传到输入和 weight"
+)
 def test_gradients_flow_back_to_the_input_and_the_weight_like_pytorch(kata, rng, gen):
     """Autograd must see every step: no .detach(), .data or torch.no_grad() inside forward."""
     case = CASES.random(rng)[0]
@@ -367,10 +393,15 @@ def test_gradients_flow_back_to_the_input_and_the_weight_like_pytorch(kata, rng,
     def learner(implementation) -> dict:
         got = modules.built_module(NORM, built, gradients(implementation, built.recipe, x, upstream))
         if not got["requires_grad"]:
-            raise AssertionError(f"{call}: the output does not require grad; autograd lost track of the input")
+            raise AssertionError(
+                pick(
+                    f"{call}: the output does not require grad; autograd lost track of the input",
+                    f"{call}：输出的 requires_grad 为 False；autograd 跟丢了输入",
+                )
+            )
         for name in ("x", "weight"):
             if got[name] is None:
-                raise AssertionError(f"{call}: no gradient reached `{name}`")
+                raise AssertionError(pick(f"{call}: no gradient reached `{name}`", f"{call}：没有梯度传到 `{name}`"))
         return {"the gradient of `x`": got["x"], "the gradient of `weight`": got["weight"]}
 
     twin = x.clone().requires_grad_()
@@ -382,7 +413,7 @@ def test_gradients_flow_back_to_the_input_and_the_weight_like_pytorch(kata, rng,
             assert_close(got[what], expected, call=call, what=what)  # PyTorch's float64 defaults
 
 
-@convention("results follow the input's device.")
+@convention("results follow the input's device.", zh="结果跟随输入所在的 device")
 def test_results_follow_the_device_of_the_inputs(kata, other_device):
     case = CASES.edges[0]  # fixed: a verdict on the meta stand-in must not depend on the seed
     options = {"normalized_shape": tuple(case["shape"]), "reference_eps": default_eps(torch.float32)}
@@ -393,7 +424,7 @@ def test_results_follow_the_device_of_the_inputs(kata, other_device):
     modules.check_on_device(NORM, kata, case, options, other_device, make)
 
 
-@convention("the input is never modified in place.")
+@convention("the input is never modified in place.", zh="不修改输入")
 def test_does_not_modify_its_inputs(kata, rng, gen):
     """In each dtype, with and without a weight: a kata may convert or scale x in place."""
     case = CASES.random(rng)[0]

@@ -26,6 +26,7 @@ Norms: rtol 8 * eps(float32), measured at most 0.14 of it.
 import torch
 
 from judge.forbidden import NONE
+from judge.language import pick
 from judge.testing.checks import call_repr, check_tensor_kind
 from judge.testing.functions import FunctionKata, computation_eps, named
 from judge.testing.inputs import randn
@@ -62,6 +63,7 @@ def tolerance(
 EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
     edge(
         "a transposed q decoding from 100, odd D/2",
+        "转置过的 q，从位置 100 开始解码，D/2 为奇数",
         lead=[2, 3],
         T=7,
         D=10,
@@ -73,6 +75,7 @@ EDGES = (  # the most telling first: the first failure shown is the first edge c
     # of 16 past 2048 (bfloat16): their angles are then off by radians.
     edge(
         "past half precision's exact integers",
+        "超出半精度能精确表示的整数",
         lead=[2],
         T=6,
         D=8,
@@ -80,10 +83,29 @@ EDGES = (  # the most telling first: the first failure shown is the first edge c
         positions="every other from 2049",
         base=10000.0,
     ),
-    edge("one pair (D = 2)", lead=[5], T=9, D=2, x="contiguous", positions="default", base=10000.0),
-    edge("one token (T = 1) at position 37", lead=[4], T=1, D=12, x="contiguous", positions="from 37", base=10000.0),
+    edge(
+        "one pair (D = 2)",
+        "一对坐标（D = 2）",
+        lead=[5],
+        T=9,
+        D=2,
+        x="contiguous",
+        positions="default",
+        base=10000.0,
+    ),
+    edge(
+        "one token (T = 1) at position 37",
+        "位置 37 上的一个 token（T = 1）",
+        lead=[4],
+        T=1,
+        D=12,
+        x="contiguous",
+        positions="from 37",
+        base=10000.0,
+    ),
     edge(
         "base 500, no leading dims, scattered positions",
+        "base 500，无前导维度，位置分散",
         lead=[],
         T=12,
         D=16,
@@ -95,9 +117,19 @@ EDGES = (  # the most telling first: the first failure shown is the first edge c
 # A head dimension with a stride is a layout convention, not the math: Meta's Llama code
 # (view_as_complex on x.reshape(..., D/2, 2)) raises there, and is right everywhere else.
 STRIDED = (
-    edge("one pair (D = 2), the head dim strided", lead=[5], T=9, D=2, x="last dim strided", positions="default", base=10000.0),
+    edge(
+        "one pair (D = 2), the head dim strided",
+        "一对坐标（D = 2），头维度带步长",
+        lead=[5],
+        T=9,
+        D=2,
+        x="last dim strided",
+        positions="default",
+        base=10000.0,
+    ),
     edge(
         "no leading dims, the head dim strided, scattered positions",
+        "无前导维度，头维度带步长，位置分散",
         lead=[],
         T=12,
         D=16,
@@ -217,7 +249,7 @@ def rotated(implementation, *calls) -> list:
 # --------------------------------------------------------------------------- tests: the math
 
 
-@core
+@core(zh="两种布局下都与复数参考实现一致")
 @dtypes(*FULL)
 def test_matches_the_complex_reference_in_both_layouts(kata, rng, gen, dtype, device):
     for case in SPEC.cases.cases(rng):
@@ -227,15 +259,15 @@ def test_matches_the_complex_reference_in_both_layouts(kata, rng, gen, dtype, de
                 check_against_reference(kata, x, positions, base=case["base"], interleaved=interleaved)
 
 
-@core
+@core(zh="默认值：位置从 0 开始、base 10000、rotate_half 布局")
 def test_defaults_are_positions_from_0_base_10000_and_the_rotate_half_layout(kata, rng, gen):
     lead = rng.choice([[], [3], [2, 3]])
-    case = Case("defaults", {"lead": lead, "T": rng.randrange(2, 40), "D": 2 * rng.randrange(2, 17)})
+    case = Case("defaults", {"lead": lead, "T": rng.randrange(2, 40), "D": 2 * rng.randrange(2, 17)}, zh="默认值")
     with case.judged():
         check_against_reference(kata, randn(gen, *lead, case["T"], case["D"]))
 
 
-@core
+@core(zh="内积只取决于偏移 m - n")
 def test_inner_products_depend_only_on_the_offset_m_minus_n(kata, rng, gen):
     """<rope(q, m), rope(k, n)> = <rope(q, m - n), k>: a query and a key with the same offset
     meet the same way wherever they sit; the dot products are checked against the reference's."""
@@ -246,12 +278,14 @@ def test_inner_products_depend_only_on_the_offset_m_minus_n(kata, rng, gen):
     n = m - offset
     for interleaved in (False, True):
         kwargs = {"base": rng.choice([10000.0, 500.0]), "interleaved": interleaved}
-        case = Case("inner products", {"T": len(m), "D": D, "offset": offset} | kwargs)
+        case = Case("inner products", {"T": len(m), "D": D, "offset": offset} | kwargs, zh="内积")
         want = (rope(q[None], torch.tensor([offset]), **kwargs)[0] @ k).expand(len(m)).contiguous()
         queries, keys = q.repeat(len(m), 1), k.repeat(len(m), 1)
-        call = (
+        call = pick(
             f"apply_rotary_embedding(q, m, ...) . apply_rotary_embedding(k, m - {offset}, ...) "
-            f"for 12 positions m, q and k float64[{D}]"
+            f"for 12 positions m, q and k float64[{D}]",
+            f"apply_rotary_embedding(q, m, ...) . apply_rotary_embedding(k, m - {offset}, ...)"
+            f"，共 12 个位置 m，q 和 k 为 float64[{D}]",
         )
 
         def inner_products(implementation, kwargs=kwargs, queries=queries, keys=keys) -> dict:
@@ -268,7 +302,7 @@ def test_inner_products_depend_only_on_the_offset_m_minus_n(kata, rng, gen):
             SPEC.assert_close(got, want, call=call, what="inner products", tolerance=allowed)
 
 
-@core
+@core(zh="每个向量的范数保持不变")
 @dtypes(*FULL)
 def test_every_vector_keeps_its_norm(kata, rng, gen, dtype):
     """A rotation changes directions, never lengths: |rope(x)| = |x| for each head vector."""
@@ -291,7 +325,10 @@ def test_every_vector_keeps_its_norm(kata, rng, gen, dtype):
 # --------------------------------------------------------------------------- tests: the conventions
 
 
-@convention("float16 and bfloat16 inputs take their angles in float32 (or float64) and come back in their own dtype.")
+@convention(
+    "float16 and bfloat16 inputs take their angles in float32 (or float64) and come back in their own dtype.",
+    zh="半精度输入的角度用 float32 计算",
+)
 @dtypes(*HALF)
 def test_half_precision_takes_its_angles_in_float32(kata, rng, gen, dtype, device):
     for case in SPEC.cases.cases(rng):
@@ -301,7 +338,10 @@ def test_half_precision_takes_its_angles_in_float32(kata, rng, gen, dtype, devic
                 check_against_reference(kata, x, positions, base=case["base"], interleaved=interleaved)
 
 
-@convention("x may be any view, its last dimension strided too (as x.transpose(-1, -2) of a [..., D, T] tensor is).")
+@convention(
+    "x may be any view, its last dimension strided too (as x.transpose(-1, -2) of a [..., D, T] tensor is).",
+    zh="x 的最后一维可以带步长",
+)
 def test_x_may_have_a_strided_last_dimension(kata, rng, gen):
     """The math's own tolerance, both layouts, on the STRIDED edge cases and a random draw."""
     drawn = SPEC.cases.random(rng, 1)[0] | {"x": "last dim strided"}
@@ -312,7 +352,7 @@ def test_x_may_have_a_strided_last_dimension(kata, rng, gen):
                 check_against_reference(kata, x, positions, base=case["base"], interleaved=interleaved)
 
 
-@convention(FLOAT64_RULE)
+@convention(FLOAT64_RULE, zh="float64 输入全程以 float64 计算")
 def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
     """float64's own accuracy, angles included: the edge case past half precision's exact
     integers makes a float32 angle show."""
@@ -325,13 +365,16 @@ def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
                 )
 
 
-@convention("an odd D raises ValueError.")
+@convention("an odd D raises ValueError.", zh="头大小为奇数时抛出 ValueError")
 def test_odd_head_size_raises_value_error(kata, rng, gen):
     D = 2 * rng.randrange(0, 8) + 1
-    ROPE.assert_raises(kata, ValueError, randn(gen, 2, 3, D), reason=f"odd D = {D}: coordinates come in pairs")
+    reason = pick(f"odd D = {D}: coordinates come in pairs", f"D = {D} 是奇数：坐标成对出现")
+    ROPE.assert_raises(kata, ValueError, randn(gen, 2, 3, D), reason=reason)
 
 
-@convention("results follow x's device (the frequencies and default positions made inside too).")
+@convention(
+    "results follow x's device (the frequencies and default positions made inside too).", zh="结果跟随 x 所在的 device"
+)
 def test_result_follows_the_device_of_x(kata, other_device):
     """Frequencies and default positions made inside the kata must be made on x's device."""
     case = SPEC.cases.edges[0]  # fixed: a verdict on the meta stand-in must not depend on the seed
@@ -362,7 +405,7 @@ def on_device(kata, device: str, case, default_positions: bool, interleaved: boo
     ROPE.on_device(kata, device, make=make, expected=expected, compare=compare, sizes=sizes(make("cpu")[0][0]))
 
 
-@convention("x and positions are never changed in place.")
+@convention("x and positions are never changed in place.", zh="不修改输入")
 def test_does_not_modify_its_inputs(kata, rng, gen):
     """In every dtype and both layouts, with strided positions: a kata may convert in place."""
     case = SPEC.cases.random(rng)[2] | {"positions": "every other from 3"}

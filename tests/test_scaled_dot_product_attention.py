@@ -95,7 +95,7 @@ def check_against_pytorch(kata, query, key, value, *, float64_throughout=False, 
             SPEC.assert_close(call[what], want, call=call.text, what=what, float64_throughout=float64_throughout)
 
 
-@core
+@core(zh="无掩码时与 PyTorch 一致")
 @dtypes(*FULL)
 def test_matches_pytorch_without_a_mask(kata, rng, gen, dtype, device):
     for case in SPEC.cases.cases(rng):
@@ -103,7 +103,7 @@ def test_matches_pytorch_without_a_mask(kata, rng, gen, dtype, device):
             check_against_pytorch(kata, *make_inputs(gen, case, dtype, device))
 
 
-@core
+@core(zh="布尔掩码中 True 表示可以关注")
 @dtypes(*FULL)
 def test_boolean_mask_true_means_may_attend(kata, rng, gen, dtype, device):
     for case in SPEC.cases.cases(rng):
@@ -112,7 +112,7 @@ def test_boolean_mask_true_means_may_attend(kata, rng, gen, dtype, device):
             check_against_pytorch(kata, *make_inputs(gen, case, dtype, device), attn_mask=mask)
 
 
-@core
+@core(zh="浮点掩码加到注意力分数上")
 @dtypes(*FULL)
 def test_float_mask_is_added_to_the_scores(kata, rng, gen, dtype, device):
     for case in SPEC.cases.cases(rng):
@@ -121,7 +121,7 @@ def test_float_mask_is_added_to_the_scores(kata, rng, gen, dtype, device):
             check_against_pytorch(kata, *make_inputs(gen, case, dtype, device), attn_mask=mask)
 
 
-@core
+@core(zh="is_causal 按左上角对齐")
 @dtypes(*FULL)
 def test_is_causal_is_top_left_aligned(kata, rng, gen, dtype, device):
     for case in SPEC.cases.cases(rng):
@@ -129,7 +129,7 @@ def test_is_causal_is_top_left_aligned(kata, rng, gen, dtype, device):
             check_against_pytorch(kata, *make_inputs(gen, case, dtype, device), is_causal=True)
 
 
-@core
+@core(zh="自定义 scale 取代默认值")
 @dtypes(*FULL)
 def test_custom_scale_replaces_the_default(kata, rng, gen, dtype, device):
     """Scales 0.4x to 2.2x the default 1/sqrt(E), so the softmax neither saturates nor stays flat."""
@@ -141,7 +141,10 @@ def test_custom_scale_replaces_the_default(kata, rng, gen, dtype, device):
             check_against_pytorch(kata, *make_inputs(gen, case, dtype, device), attn_mask=mask, scale=scale)
 
 
-@convention("float16 and bfloat16 work in their own dtype: a blocked score must become -inf")
+@convention(
+    "float16 and bfloat16 work in their own dtype: a blocked score must become -inf",
+    zh="半精度下掩码和 is_causal 都能工作",
+)
 @dtypes(*HALF)
 def test_half_precision_works_with_masks_and_is_causal(kata, rng, gen, dtype, device):
     for case in SPEC.cases.cases(rng):
@@ -151,7 +154,7 @@ def test_half_precision_works_with_masks_and_is_causal(kata, rng, gen, dtype, de
             check_against_pytorch(kata, *make_inputs(gen, case, dtype, device), is_causal=True)
 
 
-@convention(FLOAT64_RULE)
+@convention(FLOAT64_RULE, zh="float64 输入全程用 float64 计算")
 def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
     for case in SPEC.cases.cases(rng, 2):
         with case.judged():
@@ -160,7 +163,7 @@ def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
             check_against_pytorch(kata, *inputs, attn_mask=mask, float64_throughout=True)
 
 
-@convention("results follow the inputs' device (a causal mask made inside too).")
+@convention("results follow the inputs' device (a causal mask made inside too).", zh="结果位于输入所在的设备上")
 def test_results_follow_the_device_of_the_inputs(kata, other_device):
     case = SPEC.cases.edges[0]  # fixed: a verdict on the meta stand-in must not depend on the seed
     for masked in (False, True):
@@ -184,7 +187,7 @@ def sizes_of(case) -> dict:
     return {k: case[k] for k in ("L", "S", "E", "Ev")}
 
 
-@convention("the inputs and the mask are never changed in place.")
+@convention("the inputs and the mask are never changed in place.", zh="不修改输入")
 def test_does_not_modify_its_inputs(kata, rng, gen):
     """Both mask kinds."""
     case = SPEC.cases.random(rng)[0]

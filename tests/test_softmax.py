@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from judge.forbidden import SOFTMAX as SOFTMAX_CALLS
+from judge.language import pick
 from judge.testing.checks import assert_close, check_tensor_kind
 from judge.testing.functions import FunctionKata
 from judge.testing.inputs import randn
@@ -97,6 +98,7 @@ def tolerance(name: str, x: torch.Tensor, *, float64_throughout: bool = False) -
 EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
     edge(
         "scores of +-1e4: exp overflows without the max subtracted",
+        "分数为 +-1e4：不减去最大值，exp 就会溢出",
         shape=[4, 7],
         dim=-1,
         values="+-1e4",
@@ -104,6 +106,7 @@ EDGES = (  # the most telling first: the first failure shown is the first edge c
     ),
     edge(
         "rows 1000 apart: one max per row, not over the whole tensor",
+        "各行相差 1000：每行取各自的最大值，而不是整个张量的最大值",
         shape=[6, 5],
         dim=1,
         values="rows apart",
@@ -111,20 +114,43 @@ EDGES = (  # the most telling first: the first failure shown is the first edge c
     ),
     edge(
         "-inf among finite scores, one row all -inf (not judged)",
+        "有限分数中夹着 -inf，有一行全是 -inf（不评判）",
         shape=[5, 6],
         dim=-1,
         values="-inf",
         layout="contiguous",
     ),
-    edge("the first dim reduced (dim=0), odd sizes", shape=[7, 3, 5], dim=0, values="plain", layout="contiguous"),
-    edge("a middle dim (dim=-2) of a transposed view", shape=[3, 5, 4], dim=-2, values="plain", layout="transposed"),
-    edge("the reduced dim of size 1", shape=[3, 1, 4], dim=1, values="plain", layout="contiguous"),
     edge(
-        "size-1 dims around the reduced one (dim=-3)", shape=[1, 6, 1, 1], dim=-3, values="plain", layout="contiguous"
+        "the first dim reduced (dim=0), odd sizes",
+        "在第一维上归约（dim=0），各维大小为奇数",
+        shape=[7, 3, 5],
+        dim=0,
+        values="plain",
+        layout="contiguous",
     ),
-    edge("a single element", shape=[1], dim=0, values="plain", layout="contiguous"),
+    edge(
+        "a middle dim (dim=-2) of a transposed view",
+        "转置视图的中间一维（dim=-2）",
+        shape=[3, 5, 4],
+        dim=-2,
+        values="plain",
+        layout="transposed",
+    ),
+    edge(
+        "the reduced dim of size 1", "被归约的维大小为 1", shape=[3, 1, 4], dim=1, values="plain", layout="contiguous"
+    ),
+    edge(
+        "size-1 dims around the reduced one (dim=-3)",
+        "被归约维的两侧都是大小为 1 的维（dim=-3）",
+        shape=[1, 6, 1, 1],
+        dim=-3,
+        values="plain",
+        layout="contiguous",
+    ),
+    edge("a single element", "只有一个元素", shape=[1], dim=0, values="plain", layout="contiguous"),
     edge(
         "one score 10 above the rest: half precision needs float32",
+        "有一个分数比其余的高 10：半精度需要在 float32 中计算",
         shape=[6, 11],
         dim=-1,
         values="one on top",
@@ -286,7 +312,7 @@ SOFTMAX = FunctionKata(SPEC, outputs=WHAT, parameters={name: ("x", "dim") for na
 # --------------------------------------------------------------------------- the math
 
 
-@core
+@core(zh="softmax 与 PyTorch 一致")
 @dtypes(*FULL)
 def test_softmax_matches_pytorch(kata, rng, gen, dtype, device):
     for case in CASES.cases(rng):
@@ -294,7 +320,7 @@ def test_softmax_matches_pytorch(kata, rng, gen, dtype, device):
             check_against_pytorch(kata, "softmax", make_input(gen, case, dtype, device), case["dim"])
 
 
-@core
+@core(zh="log_softmax 与 PyTorch 一致")
 @dtypes(*FULL)
 def test_log_softmax_matches_pytorch(kata, rng, gen, dtype, device):
     for case in CASES.cases(rng):
@@ -302,7 +328,7 @@ def test_log_softmax_matches_pytorch(kata, rng, gen, dtype, device):
             check_against_pytorch(kata, "log_softmax", make_input(gen, case, dtype, device), case["dim"])
 
 
-@core
+@core(zh="dim 默认为最后一维")
 def test_dim_defaults_to_the_last(kata, rng, gen):
     for case in CASES.random(rng, 2):
         case = case | {"dim": -1}
@@ -314,7 +340,10 @@ def test_dim_defaults_to_the_last(kata, rng, gen):
 # --------------------------------------------------------------------------- conventions
 
 
-@convention("float16 and bfloat16 are computed in float32 (or better) and the result is cast back to x's dtype.")
+@convention(
+    "float16 and bfloat16 are computed in float32 (or better) and the result is cast back to x's dtype.",
+    zh="半精度的 softmax 在 float32 中计算",
+)
 @dtypes(*HALF)
 def test_softmax_in_half_precision_is_computed_in_float32(kata, rng, gen, dtype, device):
     for case in CASES.cases(rng):
@@ -322,7 +351,10 @@ def test_softmax_in_half_precision_is_computed_in_float32(kata, rng, gen, dtype,
             check_against_pytorch(kata, "softmax", make_input(gen, case, dtype, device), case["dim"])
 
 
-@convention("float16 and bfloat16 are computed in float32 (or better) and the result is cast back to x's dtype.")
+@convention(
+    "float16 and bfloat16 are computed in float32 (or better) and the result is cast back to x's dtype.",
+    zh="半精度的 log_softmax 在 float32 中计算",
+)
 @dtypes(*HALF)
 def test_log_softmax_in_half_precision_is_computed_in_float32(kata, rng, gen, dtype, device):
     for case in CASES.cases(rng):
@@ -330,7 +362,7 @@ def test_log_softmax_in_half_precision_is_computed_in_float32(kata, rng, gen, dt
             check_against_pytorch(kata, "log_softmax", make_input(gen, case, dtype, device), case["dim"])
 
 
-@convention(FLOAT64_RULE)
+@convention(FLOAT64_RULE, zh="float64 输入全程以 float64 计算")
 def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
     """Values and autograd's gradients, held to float64's own tolerances."""
     for case in CASES.cases(rng, 2):
@@ -346,7 +378,10 @@ def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
             check_gradient(kata, name, x, case["dim"], upstream, float64_throughout=True)
 
 
-@convention("gradients flow back to x through autograd (no .detach(), .item(), numpy or torch.no_grad() on the way).")
+@convention(
+    "gradients flow back to x through autograd (no .detach(), .item(), numpy or torch.no_grad() on the way).",
+    zh="梯度像 PyTorch 的一样回传到 x",
+)
 def test_gradients_flow_back_to_x_like_pytorchs(kata, rng, gen):
     """Autograd must see every step; float64 inputs, judged as the core tier judges float64."""
     case = CASES.random(rng)[0] | {"values": "plain"}
@@ -357,17 +392,19 @@ def test_gradients_flow_back_to_x_like_pytorchs(kata, rng, gen):
             check_gradient(kata, name, x, case["dim"], upstream)
 
 
-@convention("an out-of-range dim raises IndexError, as PyTorch's does.")
+@convention("an out-of-range dim raises IndexError, as PyTorch's does.", zh="越界的 dim 抛出 IndexError")
 def test_an_out_of_range_dim_raises_index_error(kata, rng, gen):
     """As PyTorch: dim must lie in [-x.dim(), x.dim()); no wrapping around."""
     case = CASES.random(rng)[0]
     x = make_input(gen, case, torch.float32)
     for name in NAMES:
         for dim in (x.dim(), -x.dim() - 1):
-            SOFTMAX.assert_raises(kata, IndexError, x, dim=dim, symbol=name, reason=f"x has {x.dim()} dims")
+            SOFTMAX.assert_raises(
+                kata, IndexError, x, dim=dim, symbol=name, reason=pick(f"x has {x.dim()} dims", f"x 只有 {x.dim()} 维")
+            )
 
 
-@convention("the result is on x's device.")
+@convention("the result is on x's device.", zh="结果位于 x 所在的设备上")
 def test_results_follow_the_device_of_x(kata, other_device):
     case = EDGES[0]  # fixed: a verdict on the meta stand-in must not depend on the seed
 
@@ -387,7 +424,7 @@ def test_results_follow_the_device_of_x(kata, other_device):
         )
 
 
-@convention("x is never changed in place.")
+@convention("x is never changed in place.", zh="不修改输入")
 def test_does_not_modify_its_input(kata, rng, gen):
     """In each dtype, where a kata may convert in place."""
     case = CASES.random(rng)[2]

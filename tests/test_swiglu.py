@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from judge.forbidden import NONE
+from judge.language import pick
 from judge.testing import modules
 from judge.testing.checks import Mismatch
 from judge.testing.inputs import randn
@@ -72,12 +73,52 @@ class Reference(nn.Module):
 # (None: the default rule), M = multiple_of (None: not passed, the default 256), bias.
 
 EDGES = (  # the most telling first
-    edge("default d_ff, 8*C/3 not an integer: 26 rounded up to 32", lead=(2, 3), C=10, F=None, M=8, bias=False),
-    edge("default d_ff already a multiple of multiple_of: 32 stays", lead=(3, 4), C=12, F=None, M=32, bias=True),
-    edge("explicit odd d_ff, used as given, one position per sequence", lead=(3, 1), C=7, F=13, M=8, bias=True),
-    edge("no batch dimension: x is [T, C]", lead=(5,), C=6, F=9, M=None, bias=False),
-    edge("two batch dimensions, default multiple_of 256", lead=(2, 3, 4), C=5, F=None, M=None, bias=True),
-    edge("d_model 1, multiple_of 1, one position", lead=(1, 1), C=1, F=None, M=1, bias=False),
+    edge(
+        "default d_ff, 8*C/3 not an integer: 26 rounded up to 32",
+        "默认 d_ff，8*C/3 不是整数：26 向上取整为 32",
+        lead=(2, 3),
+        C=10,
+        F=None,
+        M=8,
+        bias=False,
+    ),
+    edge(
+        "default d_ff already a multiple of multiple_of: 32 stays",
+        "默认 d_ff 已是 multiple_of 的倍数：32 保持不变",
+        lead=(3, 4),
+        C=12,
+        F=None,
+        M=32,
+        bias=True,
+    ),
+    edge(
+        "explicit odd d_ff, used as given, one position per sequence",
+        "显式给出的奇数 d_ff 按原值使用，每个序列一个位置",
+        lead=(3, 1),
+        C=7,
+        F=13,
+        M=8,
+        bias=True,
+    ),
+    edge("no batch dimension: x is [T, C]", "没有批维度：x 为 [T, C]", lead=(5,), C=6, F=9, M=None, bias=False),
+    edge(
+        "two batch dimensions, default multiple_of 256",
+        "两个批维度，默认 multiple_of 256",
+        lead=(2, 3, 4),
+        C=5,
+        F=None,
+        M=None,
+        bias=True,
+    ),
+    edge(
+        "d_model 1, multiple_of 1, one position",
+        "d_model 1，multiple_of 1，一个位置",
+        lead=(1, 1),
+        C=1,
+        F=None,
+        M=1,
+        bias=False,
+    ),
 )
 
 
@@ -103,16 +144,54 @@ CASES = CaseTable(draw=draw, edges=EDGES, draws=3)
 # The d_ff=None rule on its own: (C, M) where rounding down, rounding up, an exact multiple,
 # ignoring multiple_of and dropping the 2/3 give different widths, and Llama's own sizes.
 D_FF_EDGES = (
-    edge("8*C/3 = 26.67: 26 rounds up to 32 (down would be 24)", C=10, F=None, M=8),
-    edge("8*C/3 = 24, already a multiple of 8: it stays 24 (not 32)", C=9, F=None, M=8),
-    edge("an explicit d_ff is used as given, even when not a multiple", C=7, F=13, M=8),
-    edge("default multiple_of 256: 24 rounds up to 256 (down would be 0)", C=9, F=None, M=None),
-    edge("default multiple_of 256: 256 is already a multiple", C=96, F=None, M=None),
-    edge("multiple_of 1: int(2.67) = 2 is kept, truncated, not rounded", C=1, F=None, M=1),
-    edge("multiple_of 1: int(13.33) = 13", C=5, F=None, M=1),
-    edge("8*C/3 = 32, already a multiple of 32: it stays 32", C=12, F=None, M=32),
-    edge("Llama-7B: d_model 4096 gives 11008", C=4096, F=None, M=None),
-    edge("Llama-13B: d_model 5120 gives 13824", C=5120, F=None, M=None),
+    edge(
+        "8*C/3 = 26.67: 26 rounds up to 32 (down would be 24)",
+        "8*C/3 = 26.67：26 向上取整为 32（向下取整会是 24）",
+        C=10,
+        F=None,
+        M=8,
+    ),
+    edge(
+        "8*C/3 = 24, already a multiple of 8: it stays 24 (not 32)",
+        "8*C/3 = 24，已是 8 的倍数：保持 24（不是 32）",
+        C=9,
+        F=None,
+        M=8,
+    ),
+    edge(
+        "an explicit d_ff is used as given, even when not a multiple",
+        "显式给出的 d_ff 按原值使用，即使它不是倍数",
+        C=7,
+        F=13,
+        M=8,
+    ),
+    edge(
+        "default multiple_of 256: 24 rounds up to 256 (down would be 0)",
+        "默认 multiple_of 256：24 向上取整为 256（向下取整会是 0）",
+        C=9,
+        F=None,
+        M=None,
+    ),
+    edge(
+        "default multiple_of 256: 256 is already a multiple",
+        "默认 multiple_of 256：256 已经是倍数",
+        C=96,
+        F=None,
+        M=None,
+    ),
+    edge(
+        "multiple_of 1: int(2.67) = 2 is kept, truncated, not rounded",
+        "multiple_of 为 1：int(2.67) = 2 截断后保留，不四舍五入",
+        C=1,
+        F=None,
+        M=1,
+    ),
+    edge("multiple_of 1: int(13.33) = 13", "multiple_of 为 1：int(13.33) = 13", C=5, F=None, M=1),
+    edge(
+        "8*C/3 = 32, already a multiple of 32: it stays 32", "8*C/3 = 32，已是 32 的倍数：保持 32", C=12, F=None, M=32
+    ),
+    edge("Llama-7B: d_model 4096 gives 11008", "Llama-7B：d_model 4096 得到 11008", C=4096, F=None, M=None),
+    edge("Llama-13B: d_model 5120 gives 13824", "Llama-13B：d_model 5120 得到 13824", C=5120, F=None, M=None),
 )
 
 
@@ -123,9 +202,15 @@ def draw_d_ff(rng, count: int) -> list[Case]:
         if index % 3 == 2:
             M = rng.choice([8, 64, None])
             F_ = rng.choice([n for n in range(C + 1, 4 * C) if n % (M or DEFAULT_MULTIPLE_OF)])
-            found.append(Case(f"random draw {index + 1}", {"C": C, "F": F_, "M": M}))
+            found.append(Case(f"random draw {index + 1}", {"C": C, "F": F_, "M": M}, zh=f"随机抽取 {index + 1}"))
         else:
-            found.append(Case(f"random draw {index + 1}", {"C": C, "F": None, "M": rng.choice([1, 3, 16, 64, None])}))
+            found.append(
+                Case(
+                    f"random draw {index + 1}",
+                    {"C": C, "F": None, "M": rng.choice([1, 3, 16, 64, None])},
+                    zh=f"随机抽取 {index + 1}",
+                )
+            )
     return found
 
 
@@ -147,8 +232,12 @@ def arguments(case, options):
 SWIGLU = ModuleKata(
     kata="swiglu",
     cls="SwiGLU",
-    asks="gate_proj, up_proj (each nn.Linear(d_model, d_ff, bias=bias)) and "
-    "down_proj (nn.Linear(d_ff, d_model, bias=bias))",
+    asks=pick(
+        "gate_proj, up_proj (each nn.Linear(d_model, d_ff, bias=bias)) and "
+        "down_proj (nn.Linear(d_ff, d_model, bias=bias))",
+        "gate_proj、up_proj（各为 nn.Linear(d_model, d_ff, bias=bias)）和 "
+        "down_proj（nn.Linear(d_ff, d_model, bias=bias)）",
+    ),
     inputs=("x",),
     reference=lambda case, options: Reference(case["C"], d_ff_of(case), case["bias"]),
     parameters=lambda reference: dict(reference.named_parameters()),
@@ -217,7 +306,10 @@ def widths(found: dict, name: str) -> tuple[int, int, int]:
     for part, axis in (("gate_proj", 0), ("up_proj", 0), ("down_proj", 1)):
         if found[part] is None:
             raise AssertionError(
-                f"{name} has no {part} with a 2-D weight; the kata asks for {SWIGLU.asks} as attributes"
+                pick(
+                    f"{name} has no {part} with a 2-D weight; the kata asks for {SWIGLU.asks} as attributes",
+                    f"{name} 没有带二维 weight 的 {part}；题目要求以属性的形式提供 {SWIGLU.asks}",
+                )
             )
         widths.append(int(found[part][axis]))
     return tuple(widths)
@@ -225,13 +317,20 @@ def widths(found: dict, name: str) -> tuple[int, int, int]:
 
 def expected_d_ff_text(case) -> str:
     if case["F"] is not None:
-        return f"d_ff={case['F']} was given: it is used as it is, never rounded to a multiple of multiple_of"
+        return pick(
+            f"d_ff={case['F']} was given: it is used as it is, never rounded to a multiple of multiple_of",
+            f"给出了 d_ff={case['F']}：按原值使用，从不取整到 multiple_of 的倍数",
+        )
     C, M = case["C"], case["M"] or DEFAULT_MULTIPLE_OF
     hidden = (8 * C) // 3
     text = f"int(2 * 4 * {C} / 3) = {hidden}"
     if hidden % M == 0:
-        return text + f" is already a multiple of {M}, so it stays {hidden}"
-    return text + f", rounded UP to a multiple of {M}: {llama_d_ff(C, M)}"
+        return text + pick(
+            f" is already a multiple of {M}, so it stays {hidden}", f" 已是 {M} 的倍数，所以保持 {hidden}"
+        )
+    return text + pick(
+        f", rounded UP to a multiple of {M}: {llama_d_ff(C, M)}", f"，向上取整到 {M} 的倍数：{llama_d_ff(C, M)}"
+    )
 
 
 def check_d_ff(kata, case) -> None:
@@ -246,35 +345,43 @@ def check_d_ff(kata, case) -> None:
         got = replay(kata)["d_ff"]
         if got != want:
             parts = ", ".join(f"{part} {w}" for part, w in zip(("gate_proj", "up_proj", "down_proj"), got))
-            message = f"{name} has d_ff = {got[0]}, expected {want[0]}: {expected_d_ff_text(case)}"
+            message = pick(
+                f"{name} has d_ff = {got[0]}, expected {want[0]}: {expected_d_ff_text(case)}",
+                f"{name} 的 d_ff = {got[0]}，应为 {want[0]}：{expected_d_ff_text(case)}",
+            )
             if len(set(got)) > 1:
-                message = (
-                    f"{name} has different hidden widths ({parts}), expected {want[0]} for all three: "
-                    + expected_d_ff_text(case)
-                )
+                message = pick(
+                    f"{name} has different hidden widths ({parts}), expected {want[0]} for all three: ",
+                    f"{name} 的三个隐藏宽度不一致（{parts}），三者都应为 {want[0]}：",
+                ) + expected_d_ff_text(case)
             raise Mismatch(message, what="d_ff", actual=got, expected=want)
 
 
-@core
+@core(zh="d_ff 默认取 4 * d_model 的 2/3，向上取整到 multiple_of 的倍数")
 def test_d_ff_defaults_to_two_thirds_of_4_d_model_rounded_up_to_a_multiple_of_multiple_of(kata, rng):
     """gate_proj and up_proj [d_ff, C], down_proj [C, d_ff], for d_ff=None and an explicit d_ff."""
     for case in (*D_FF_EDGES, *draw_d_ff(rng, 6)):
         check_d_ff(kata, case)
 
 
-@core
+@core(zh="显式给出的 d_ff 按原值使用")
 def test_an_explicit_d_ff_is_used_as_given(kata, rng):
     """Never rounded, whatever multiple_of is (passed or left at 256)."""
     for index in range(3):
         C = rng.randint(2, 64)
         F_ = rng.choice([n for n in range(C + 1, 4 * C + 2) if n % 8])
-        check_d_ff(kata, Case(f"explicit d_ff {index + 1}", {"C": C, "F": F_, "M": (None, 8, 1)[index]}))
+        check_d_ff(
+            kata,
+            Case(
+                f"explicit d_ff {index + 1}", {"C": C, "F": F_, "M": (None, 8, 1)[index]}, zh=f"显式 d_ff {index + 1}"
+            ),
+        )
 
 
-@core
+@core(zh="有 gate、up、down 三个投影，只在 bias=True 时带偏置")
 def test_has_gate_up_and_down_projections_with_biases_exactly_when_bias_is_true(kata, rng, gen):
     """bias=True: a bias on all three; bias left out (False): none. Weights in nn.Linear layout."""
-    drawn = Case("random draw", CASES.draw(rng, 2)[1])
+    drawn = Case("random draw", CASES.draw(rng, 2)[1], zh="随机抽取")
     for bias in (True, False):
         with (drawn | {"bias": bias}).judged() as case:
             check(kata, build(gen, case), inputs(gen, case))
@@ -283,7 +390,7 @@ def test_has_gate_up_and_down_projections_with_biases_exactly_when_bias_is_true(
 # --------------------------------------------------------------------------- values
 
 
-@core
+@core(zh="与 down_proj(silu(gate) * up) 一致")
 @dtypes(*FULL)
 def test_matches_down_proj_of_silu_gate_times_up(kata, rng, gen, dtype, device):
     for case in CASES.cases(rng, edges=dtype == torch.float64):
@@ -291,10 +398,10 @@ def test_matches_down_proj_of_silu_gate_times_up(kata, rng, gen, dtype, device):
             check(kata, build(gen, case, dtype, device), inputs(gen, case, dtype, device))
 
 
-@core
+@core(zh="任意前导维度都原样保留")
 def test_any_leading_dimensions_pass_through(kata, rng, gen):
     """x [C], [T, C], [B, T, C] and [A, B, T, C] with the same module."""
-    case = Case("leading dimensions", CASES.draw(rng, 2)[1])
+    case = Case("leading dimensions", CASES.draw(rng, 2)[1], zh="前导维度")
     built = build(gen, case)
     for lead in ((), (5,), (3, 4), (2, 3, 4)):
         with (case | {"lead": lead}).judged():
@@ -304,7 +411,7 @@ def test_any_leading_dimensions_pass_through(kata, rng, gen):
 # --------------------------------------------------------------------------- conventions
 
 
-@convention("float16 and bfloat16 inputs work, in their own dtype.")
+@convention("float16 and bfloat16 inputs work, in their own dtype.", zh="在半精度下可用")
 @dtypes(*HALF)
 def test_works_in_half_precision(kata, rng, gen, dtype):
     for case in CASES.random(rng, 2):
@@ -312,14 +419,14 @@ def test_works_in_half_precision(kata, rng, gen, dtype):
             check(kata, build(gen, case, dtype), inputs(gen, case, dtype))
 
 
-@convention(FLOAT64_RULE)
+@convention(FLOAT64_RULE, zh="float64 输入全程以 float64 计算")
 def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
     for case in CASES.cases(rng, 2):
         with case.judged():
             check(kata, build(gen, case, torch.float64), inputs(gen, case, torch.float64), float64_throughout=True)
 
 
-@convention("results follow the input's device.")
+@convention("results follow the input's device.", zh="结果跟随输入所在的 device")
 def test_results_follow_the_device_of_the_inputs(kata, other_device):
     case = CASES.edges[0]  # fixed: a verdict on the meta stand-in must not depend on the seed
 
@@ -329,7 +436,7 @@ def test_results_follow_the_device_of_the_inputs(kata, other_device):
     modules.check_on_device(SWIGLU, kata, case, {}, other_device, make)
 
 
-@convention("x is never modified in place.")
+@convention("x is never modified in place.", zh="不修改输入")
 def test_does_not_modify_its_input(kata, rng, gen):
     """In every dtype: a kata may convert or scale x in place."""
     case = CASES.random(rng)[0]

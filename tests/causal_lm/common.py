@@ -52,6 +52,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from judge.forbidden import ATTENTION
+from judge.language import pick, tr
 from judge.testing.modules import module_repr, randomise_
 from judge.testing.scenarios import scenario
 from judge.testing.spec import Case, CaseTable, KataSpec, core_dtype, edge
@@ -59,10 +60,13 @@ from judge.testing.tolerances import per_dtype
 
 FULL = [torch.float64, torch.float32]
 CLS = "TinyCausalLM"
-ASKS = (
+ASKS = pick(
     "token_embedding, position_embedding, blocks (an nn.ModuleList; block i with ln_1, attn.q_proj, attn.k_proj, "
     "attn.v_proj, attn.out_proj, ln_2, mlp.up_proj, mlp.down_proj), ln_f and lm_head (no bias, its weight the "
-    "token embedding's)"
+    "token embedding's)",
+    "token_embedding、position_embedding、blocks（一个 nn.ModuleList；第 i 个块含 ln_1、attn.q_proj、attn.k_proj、"
+    "attn.v_proj、attn.out_proj、ln_2、mlp.up_proj、mlp.down_proj）、ln_f 和 lm_head（无偏置，其权重就是 token "
+    "嵌入的权重）",
 )
 
 # (rtol, atol) for the logits, the cached keys and values and the loss, compared with the
@@ -216,12 +220,18 @@ def hidden_sizes(rng, count: int) -> list[dict]:
     return cases
 
 
+# fmt: off
 EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
-    edge("two layers, odd head size, the sequence fills max_len", B=2, T=7, P=3, V=11, E=10, H=2, layers=2, M=7, F=13),
-    edge("head size 1, a vocabulary smaller than d_model", B=2, T=5, P=2, V=3, E=4, H=4, layers=1, M=9, F=6),
-    edge("one head, three layers, a one-token prefix", B=3, T=6, P=1, V=9, E=5, H=1, layers=3, M=8, F=7),
-    edge("one sequence of one token", B=1, T=1, P=1, V=6, E=6, H=2, layers=1, M=1, F=9),
+    edge("two layers, odd head size, the sequence fills max_len", "两层，头大小为奇数，序列恰好填满 max_len",
+         B=2, T=7, P=3, V=11, E=10, H=2, layers=2, M=7, F=13),
+    edge("head size 1, a vocabulary smaller than d_model", "头大小为 1，词表小于 d_model",
+         B=2, T=5, P=2, V=3, E=4, H=4, layers=1, M=9, F=6),
+    edge("one head, three layers, a one-token prefix", "单头，三层，前缀只有一个 token",
+         B=3, T=6, P=1, V=9, E=5, H=1, layers=3, M=8, F=7),
+    edge("one sequence of one token", "一条只有一个 token 的序列",
+         B=1, T=1, P=1, V=6, E=6, H=2, layers=1, M=1, F=9),
 )
+# fmt: on
 CASES = CaseTable(draw=hidden_sizes, edges=EDGES, draws=2)
 
 
@@ -234,12 +244,14 @@ def parameter_problem(module: nn.Module, expected: dict[str, torch.Tensor], *, b
     missing, extra or misshapen parameter."""
     for part in ("token_embedding", "lm_head"):
         if not isinstance(getattr(module, part, None), nn.Module):
-            return f"{built} has no submodule `{part}`; the kata asks for {ASKS}"
+            return tr("{where} has no submodule `{name}`; the kata asks for {asks}", where=built, name=part, asks=ASKS)
     if module.lm_head.weight is not module.token_embedding.weight:
-        return (
+        return pick(
             f"{built}.lm_head.weight is not token_embedding.weight: the head must be tied to the token embedding, "
             "the very same nn.Parameter (self.lm_head.weight = self.token_embedding.weight), not a copy or a "
-            "matrix of its own"
+            "matrix of its own",
+            f"{built}.lm_head.weight 不是 token_embedding.weight：输出头必须与 token 嵌入绑定，是同一个 "
+            "nn.Parameter（self.lm_head.weight = self.token_embedding.weight），而不是副本或另一个独立的矩阵",
         )
     have = dict(module.named_parameters(remove_duplicate=False))
     wanted = {**expected, "lm_head.weight": expected["token_embedding.weight"]}
@@ -254,26 +266,35 @@ def parameter_problem(module: nn.Module, expected: dict[str, torch.Tensor], *, b
                 owner, walked = child, walked + [part]
                 continue
             if isinstance(child, (list, tuple)):
-                return (
-                    f"{'.'.join(walked)}.{part} is a Python {type(child).__name__}: keep the blocks in an nn.ModuleList, "
-                    "or their parameters are never registered (the grader cannot copy weights in, an optimizer never "
-                    "sees them)"
+                return pick(
+                    f"{'.'.join(walked)}.{part} is a Python {type(child).__name__}: keep the blocks in an "
+                    "nn.ModuleList, or their parameters are never registered (the grader cannot copy weights in, an "
+                    "optimizer never sees them)",
+                    f"{'.'.join(walked)}.{part} 是一个 Python {type(child).__name__}：请把各个块放进 nn.ModuleList，"
+                    "否则它们的参数不会被注册（评测器无法把权重复制进去，优化器也看不到它们）",
                 )
-            return f"{'.'.join(walked)} has no submodule `{part}`; the kata asks for {ASKS}"
-        return (
+            where = ".".join(walked)
+            return tr("{where} has no submodule `{name}`; the kata asks for {asks}", where=where, name=part, asks=ASKS)
+        return pick(
             f"{'.'.join(walked)} has no parameter `{leaf}` (expected one of shape {list(tensor.shape)}); every "
-            "nn.Linear but lm_head and every nn.LayerNorm has a bias"
+            "nn.Linear but lm_head and every nn.LayerNorm has a bias",
+            f"{'.'.join(walked)} 没有参数 `{leaf}`（应有一个形状为 {list(tensor.shape)} 的参数）；除 lm_head 外的"
+            "每个 nn.Linear 以及每个 nn.LayerNorm 都有偏置",
         )
     for name, p in have.items():
         if name not in wanted:
-            return (
+            return pick(
                 f"{built} has a parameter `{name}` of shape {list(p.shape)} that the kata does not ask for; it asks "
-                f"for {ASKS}" + (" (lm_head has no bias)" if name == "lm_head.bias" else "")
+                f"for {ASKS}" + (" (lm_head has no bias)" if name == "lm_head.bias" else ""),
+                f"{built} 有一个本题没有要求的参数 `{name}`（形状为 {list(p.shape)}）；本题要求：{ASKS}"
+                + ("（lm_head 没有偏置）" if name == "lm_head.bias" else ""),
             )
         if p.shape != wanted[name].shape:
-            return (
+            return pick(
                 f"{built}.{name} has shape {list(p.shape)}, expected {list(wanted[name].shape)} "
-                "(nn.Linear(in, out) keeps its weight as [out, in]; nn.Embedding(n, d) as [n, d])"
+                "(nn.Linear(in, out) keeps its weight as [out, in]; nn.Embedding(n, d) as [n, d])",
+                f"{built}.{name} 的形状是 {list(p.shape)}，应为 {list(wanted[name].shape)}"
+                "（`nn.Linear(in, out)` 的权重形状为 `[out, in]`；`nn.Embedding(n, d)` 的为 `[n, d]`）",
             )
     return None
 

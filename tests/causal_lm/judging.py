@@ -9,6 +9,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from judge.language import pick
 from judge.testing import checks
 from judge.testing.checks import Mismatch, check_tensor_kind, describe
 from judge.testing.spec import core_dtype
@@ -37,7 +38,7 @@ def forward_text(model: Model, ids, *, targets=None, held: int | None = None) ->
     if targets is not None:
         parts.append(f"targets={describe(targets)}")
     if held is not None:
-        parts.append(f"cache=<the cache of {held} tokens>")
+        parts.append(pick(f"cache=<the cache of {held} tokens>", f"cache=<{held} 个 token 的缓存>"))
     return f"{model.name}({', '.join(parts)})"
 
 
@@ -53,9 +54,15 @@ def cache_form(cache) -> str:
     pairs = []
     for pair in cache:
         if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and all(isinstance(t, torch.Tensor) for t in pair)):
-            return f"a {type(cache).__name__} of {len(cache)} items, one of them {describe(pair)}"
+            return pick(
+                f"a {type(cache).__name__} of {len(cache)} items, one of them {describe(pair)}",
+                f"一个含 {len(cache)} 项的 {type(cache).__name__}，其中一项是 {describe(pair)}",
+            )
         pairs.append(f"({describe(pair[0])}, {describe(pair[1])})")
-    return f"{len(cache)} pair{'s' * (len(cache) != 1)} (k, v): {', '.join(pairs)}"
+    return pick(
+        f"{len(cache)} pair{'s' * (len(cache) != 1)} (k, v): {', '.join(pairs)}",
+        f"{len(cache)} 对 (k, v)：{', '.join(pairs)}",
+    )
 
 
 def expected_form(model: Model, B: int, S: int) -> str:
@@ -84,10 +91,20 @@ def step(trace: list, index: int, text: str, *, fits: str) -> dict:
         return {}
     record = trace[index]
     if "raised" in record:
-        raise AssertionError(f"{text} raised ValueError: {record['raised']}; but {fits}")
+        raise AssertionError(
+            pick(
+                f"{text} raised ValueError: {record['raised']}; but {fits}",
+                f"{text} 抛出了 ValueError: {record['raised']}；但是 {fits}",
+            )
+        )
     result = record["result"]
     if not isinstance(result, (tuple, list)) or len(result) != 3:
-        raise AssertionError(f"{text} returned {describe(result)}; expected a triple (logits, loss, cache)")
+        raise AssertionError(
+            pick(
+                f"{text} returned {describe(result)}; expected a triple (logits, loss, cache)",
+                f"{text} 返回了 {describe(result)}；应返回三元组 `(logits, loss, cache)`",
+            )
+        )
     return observe(result)
 
 
@@ -104,8 +121,12 @@ def check_cache(model: Model, seen: dict, want: dict, B: int, S: int, *, call: s
     form = expected_form(model, B, S)
     if seen["cache form"] != form:
         raise Mismatch(
-            f"{call} returned a cache of {seen['cache form']}; expected a list with one pair (k, v) per block, "
-            f"each [B, H, tokens so far, hs]: {form}",
+            pick(
+                f"{call} returned a cache of {seen['cache form']}; expected a list with one pair (k, v) per block, "
+                f"each [B, H, tokens so far, hs]: {form}",
+                f"{call} 返回的缓存是 {seen['cache form']}；应为一个列表，每个块一对 (k, v)，"
+                f"形状都是 [B, H, 到目前为止的 token 数, hs]：{form}",
+            ),
             what="cache form",
             actual=seen["cache form"],
             expected=form,
@@ -116,7 +137,7 @@ def check_cache(model: Model, seen: dict, want: dict, B: int, S: int, *, call: s
             assert_close(
                 seen[what],
                 expected,
-                call=f"{call}, in the cache",
+                call=pick(f"{call}, in the cache", f"{call}（缓存中）"),
                 what=what,
                 tolerance=tolerance(model.dtype, throughout),
             )
@@ -137,7 +158,10 @@ def check_loss(model: Model, seen: dict, want: dict, targets, *, call: str, thro
     if targets is None:
         if got is not None:
             raise Mismatch(
-                f"{call} returned loss {describe(got)}; expected None without targets",
+                pick(
+                    f"{call} returned loss {describe(got)}; expected None without targets",
+                    f"{call} 返回的 loss 是 {describe(got)}；没有 targets 时应为 None",
+                ),
                 what="loss",
                 actual=got,
                 expected=None,
@@ -145,7 +169,10 @@ def check_loss(model: Model, seen: dict, want: dict, targets, *, call: str, thro
         return
     if got is None:
         raise Mismatch(
-            f"{call} returned loss None; with targets it returns the mean cross-entropy",
+            pick(
+                f"{call} returned loss None; with targets it returns the mean cross-entropy",
+                f"{call} 返回的 loss 是 None；给了 targets 时应返回平均交叉熵",
+            ),
             what="loss",
             actual=got,
             expected=None,
@@ -159,8 +186,12 @@ def check_loss(model: Model, seen: dict, want: dict, targets, *, call: str, thro
         assert_close(
             got,
             own.to(model.device),
-            call=f"{call}, compared with F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=-100) "
-            "of the logits it returned,",
+            call=pick(
+                f"{call}, compared with F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), "
+                "ignore_index=-100) of the logits it returned,",
+                f"{call}（与对它返回的 logits 求 F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), "
+                "ignore_index=-100) 的结果比较）",
+            ),
             what="loss",
             tolerance=OWN_LOSS[core_dtype(model.dtype, throughout)],
         )
@@ -178,7 +209,7 @@ def check_full_pass(kata, model: Model, ids, targets=None, *, float64_throughout
     B, T = ids.shape
     text = forward_text(model, ids, targets=targets)
     calls = [{"ids": ids, "targets": targets}]
-    fits = f"{T} tokens fit in max_len={model.case['M']}"
+    fits = pick(f"{T} tokens fit in max_len={model.case['M']}", f"{T} 个 token 放得进 max_len={model.case['M']}")
     want = model.reference(ids)
 
     def replay(implementation) -> dict:
@@ -205,8 +236,12 @@ def check_gradients(kata, model: Model, ids, targets, *, float64_throughout: boo
         got = answer(differentiated(implementation, model.recipe, ids, targets))
         if not got["requires_grad"]:
             raise AssertionError(
-                f"{text}: the loss {describe(got['loss'])} does not require grad; it must be computed from the "
-                "logits with torch operations (no .item(), no .detach(), no torch.no_grad())"
+                pick(
+                    f"{text}: the loss {describe(got['loss'])} does not require grad; it must be computed from the "
+                    "logits with torch operations (no .item(), no .detach(), no torch.no_grad())",
+                    f"{text}：loss {describe(got['loss'])} 不需要梯度（requires_grad 为 False）；它必须由 logits "
+                    "经 torch 运算算出（不要用 .item()、.detach() 或 torch.no_grad()）",
+                )
             )
         return {f"gradient of {name}": grad for name, grad in got["grads"].items()}
 
@@ -216,7 +251,10 @@ def check_gradients(kata, model: Model, ids, targets, *, float64_throughout: boo
             what = f"gradient of {name}"
             if got.get(what) is None:
                 raise Mismatch(
-                    f"after {text}, {name}.grad is None: the loss does not depend on it (detached, or not used)",
+                    pick(
+                        f"after {text}, {name}.grad is None: the loss does not depend on it (detached, or not used)",
+                        f"执行 {text} 之后，{name}.grad 是 None：loss 不依赖于它（被 detach 了，或者没有用到）",
+                    ),
                     what=what,
                     actual=None,
                     expected=expected,
@@ -247,13 +285,24 @@ def prefix_then_chunks(rng, case) -> list[tuple[int, int]]:
 def decoding_calls(model: Model, ids, chunks) -> tuple[list, list, list]:
     """(the `forwarding` calls, each with the cache the previous one returned; their texts;
     what fits, for messages)."""
-    story = f"decoding [{', '.join(str(b - a) for a, b in chunks)}] tokens per call"
+    sizes = ", ".join(str(b - a) for a, b in chunks)
+    story = pick(f"decoding [{sizes}] tokens per call", f"分段解码（每次调用 [{sizes}] 个 token）")
     calls, texts, fits = [], [], []
     for number, (a, b) in enumerate(chunks):
         calls.append({"ids": ids[:, a:b].clone(), "cache": number - 1 if number else None})
         call = forward_text(model, ids[:, a:b], held=a if number else None)
-        texts.append(f"{story}: call {number + 1}, tokens {a}..{b - 1}: {call}")
-        fits.append(f"{a} held + {b - a} new = {b} tokens fit in max_len={model.case['M']}")
+        texts.append(
+            pick(
+                f"{story}: call {number + 1}, tokens {a}..{b - 1}: {call}",
+                f"{story}：第 {number + 1} 次调用，token {a}..{b - 1}：{call}",
+            )
+        )
+        fits.append(
+            pick(
+                f"{a} held + {b - a} new = {b} tokens fit in max_len={model.case['M']}",
+                f"已缓存 {a} 个 + 新的 {b - a} 个 = {b} 个 token，放得进 max_len={model.case['M']}",
+            )
+        )
     return calls, texts, fits
 
 
@@ -274,7 +323,10 @@ def check_decoding(kata, model: Model, ids, chunks, *, float64_throughout: bool 
             if trace is None:
                 trace = play(kata, model, calls)
             seen = step(trace, index, texts[index], fits=fits[index])
-            call = f"{texts[index]}, compared with rows {a}..{b - 1} of one causal pass over the whole sequence,"
+            call = pick(
+                f"{texts[index]}, compared with rows {a}..{b - 1} of one causal pass over the whole sequence,",
+                f"{texts[index]}（与对整个序列做一次因果前向所得的第 {a}..{b - 1} 行比较）",
+            )
             check_logits(model, seen, want, a, b, call=call, throughout=float64_throughout)
             check_cache(model, seen, want, B, b, call=texts[index], throughout=float64_throughout)
 
@@ -290,7 +342,8 @@ def generate_text(model: Model, prompt, new: int, **shown) -> str:
 def run_text(model: Model, prompt, run: dict) -> str:
     shown = dict(run["settings"])
     if "seed" in shown:
-        shown["generator"] = f"<torch.Generator seeded {shown.pop('seed')}>"
+        seed = shown.pop("seed")
+        shown["generator"] = pick(f"<torch.Generator seeded {seed}>", f"<种子为 {seed} 的 torch.Generator>")
     return generate_text(model, prompt, run["new"], **shown)
 
 
@@ -304,8 +357,12 @@ def generated(trace: list, index: int, text: str, prompt, new: int, M: int) -> d
     if "raised" in record:
         T = prompt.size(1)
         raise AssertionError(
-            f"{text} raised ValueError: {record['raised']}; but {T} + {new} = {T + new} tokens fit in max_len={M} "
-            "(filling it exactly is fine)"
+            pick(
+                f"{text} raised ValueError: {record['raised']}; but {T} + {new} = {T + new} tokens fit in max_len={M} "
+                "(filling it exactly is fine)",
+                f"{text} 抛出了 ValueError: {record['raised']}；但是 {T} + {new} = {T + new} 个 token 放得进 "
+                f"max_len={M}（恰好填满是允许的）",
+            )
         )
     return record
 
@@ -318,7 +375,11 @@ def check_tokens_form(tokens, prompt, new: int, *, call: str) -> None:
     )
     if not prompt.is_meta and not torch.equal(tokens[:, :T], prompt):
         raise Mismatch(
-            f"{call} returned tokens that do not start with input_ids: return the prompt followed by the new tokens",
+            pick(
+                f"{call} returned tokens that do not start with input_ids: "
+                "return the prompt followed by the new tokens",
+                f"{call} 返回的 tokens 不以 input_ids 开头：应返回 prompt，后接新生成的 token",
+            ),
             what="tokens",
             actual=tokens,
             expected=prompt,
@@ -406,10 +467,16 @@ def generation_sizes(case) -> tuple[int, int]:
 def greedy_mismatch(text: str, got, want, prompt) -> Mismatch:
     wrong = (got.cpu() != want).nonzero()[0].tolist()
     return Mismatch(
-        f"{text} returned other tokens than greedy decoding of the float64 reference: first at row {wrong[0]}, "
-        f"position {wrong[1]} (new token {wrong[1] - prompt.size(1) + 1}): got {int(got[tuple(wrong)])}, expected "
-        f"{int(want[tuple(wrong)])}; each new token is the argmax of the LAST position's logits (every step's "
-        f"top two logits here are at least {MARGIN} apart)",
+        pick(
+            f"{text} returned other tokens than greedy decoding of the float64 reference: first at row {wrong[0]}, "
+            f"position {wrong[1]} (new token {wrong[1] - prompt.size(1) + 1}): got {int(got[tuple(wrong)])}, expected "
+            f"{int(want[tuple(wrong)])}; each new token is the argmax of the LAST position's logits (every step's "
+            f"top two logits here are at least {MARGIN} apart)",
+            f"{text} 返回的 token 与 float64 参考的贪心解码不同：第一处在第 {wrong[0]} 行、位置 {wrong[1]}"
+            f"（第 {wrong[1] - prompt.size(1) + 1} 个新 token）：得到 {int(got[tuple(wrong)])}，期望 "
+            f"{int(want[tuple(wrong)])}；每个新 token 都是【最后一个】位置的 logits 的 argmax（这里每一步最大的"
+            f"两个 logits 至少相差 {MARGIN}）",
+        ),
         what="tokens",
         actual=got,
         expected=want.to(got.device),

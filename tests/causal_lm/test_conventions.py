@@ -7,6 +7,7 @@ import random
 
 import torch
 
+from judge.language import pick
 from judge.testing.checks import Mismatch, check_tensor_kind, describe, judge_on_device
 from judge.testing.functions import assert_inputs_unchanged, raises, same_values
 from judge.testing.modules import module_repr
@@ -46,7 +47,7 @@ from .judging import (
 )
 
 
-@convention(FLOAT64_RULE)
+@convention(FLOAT64_RULE, zh="float64 输入全程用 float64 计算")
 def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
     """A model in float64: one full pass with targets (logits, loss, cache) and decoding in
     pieces within float64's own tolerance, and the gradients of every parameter within 1e-12."""
@@ -66,14 +67,25 @@ def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
 
 def expect_value_error(got: dict, text: str, reason: str) -> None:
     if "returned" in got:
-        raise AssertionError(f"{text} returned {describe(got['returned'])}; expected ValueError ({reason})")
+        raise AssertionError(
+            pick(
+                f"{text} returned {describe(got['returned'])}; expected ValueError ({reason})",
+                f"{text} 返回了 {describe(got['returned'])}；应抛出 ValueError（{reason}）",
+            )
+        )
     if "ValueError" not in got["raised"]:
-        raise AssertionError(f"{text} raised {got['raised'][0]}: {got['message']}; expected ValueError ({reason})")
+        raise AssertionError(
+            pick(
+                f"{text} raised {got['raised'][0]}: {got['message']}; expected ValueError ({reason})",
+                f"{text} 抛出了 {got['raised'][0]}: {got['message']}；应抛出 ValueError（{reason}）",
+            )
+        )
 
 
 @convention(
     "bad sizes and settings raise ValueError: d_model not divisible by num_heads, P + T > max_len in forward, "
-    "T + max_new_tokens > max_len or a negative temperature in generate."
+    "T + max_new_tokens > max_len or a negative temperature in generate.",
+    zh="超过 max_len 的长度和错误的设置抛出 ValueError",
 )
 def test_sizes_past_max_len_and_bad_settings_raise_value_error(kata, rng, gen):
     """d_model not divisible by num_heads; forward with more tokens than max_len, with or
@@ -94,29 +106,44 @@ def test_sizes_past_max_len_and_bad_settings_raise_value_error(kata, rng, gen):
             ValueError,
             (V, E_odd, H_odd, layers, M),
             {},
-            reason=f"d_model {E_odd} cannot be split evenly into {H_odd} heads",
+            reason=pick(
+                f"d_model {E_odd} cannot be split evenly into {H_odd} heads",
+                f"d_model {E_odd} 无法平均分成 {H_odd} 个头",
+            ),
             text=module_repr(CLS, vocab_size=V, d_model=E_odd, num_heads=H_odd, num_layers=layers, max_len=M),
         )
         attempts = [
             (
                 ("forward", token_ids(gen, B, M + 1, V), 0, 0, 0.0),
                 f"{model.name}(int64[{B}, {M + 1}])",
-                f"{M + 1} tokens but max_len={M}: position {M} has no embedding",
+                pick(
+                    f"{M + 1} tokens but max_len={M}: position {M} has no embedding",
+                    f"{M + 1} 个 token，但 max_len={M}：位置 {M} 没有嵌入",
+                ),
             ),
             (
                 ("forward with a cache", token_ids(gen, B, M + 2, V), held, 0, 0.0),
-                f"{model.name}(int64[{B}, {M + 2 - held}], cache=<the cache of {held} tokens>)",
-                f"{held} held + {M + 2 - held} new tokens > max_len={M}",
+                pick(
+                    f"{model.name}(int64[{B}, {M + 2 - held}], cache=<the cache of {held} tokens>)",
+                    f"{model.name}(int64[{B}, {M + 2 - held}], cache=<{held} 个 token 的缓存>)",
+                ),
+                pick(
+                    f"{held} held + {M + 2 - held} new tokens > max_len={M}",
+                    f"已缓存 {held} 个 + 新的 {M + 2 - held} 个 token > max_len={M}",
+                ),
             ),
             (
                 ("generate", prompt, 0, M - T + 1, 0.0),
                 generate_text(model, prompt, M - T + 1),
-                f"{T} + {M - T + 1} tokens > max_len={M}: the result would exceed max_len",
+                pick(
+                    f"{T} + {M - T + 1} tokens > max_len={M}: the result would exceed max_len",
+                    f"{T} + {M - T + 1} 个 token > max_len={M}：结果会超过 max_len",
+                ),
             ),
             (
                 ("generate", prompt, 0, 1, -0.5),
                 generate_text(model, prompt, 1, temperature=-0.5),
-                "a negative temperature",
+                pick("a negative temperature", "temperature 为负"),
             ),
         ]
         for arguments, text, reason in attempts:
@@ -131,7 +158,8 @@ def test_sizes_past_max_len_and_bad_settings_raise_value_error(kata, rng, gen):
 
 @convention(
     "results follow input_ids' device: logits, loss and cache (the positions and the causal mask made inside "
-    "forward too), and generate's tokens."
+    "forward too), and generate's tokens.",
+    zh="结果跟随输入所在的设备",
 )
 def test_results_follow_the_device_of_the_inputs(kata, other_device):
     """One full pass with targets, decoding in pieces, greedy generation with the cache, each on
@@ -155,7 +183,10 @@ def test_results_follow_the_device_of_the_inputs(kata, other_device):
         form = expected_form(model, B, S)
         if got["cache form"] != form:
             raise Mismatch(
-                f"{call} returned a cache of {got['cache form']}; expected {form}",
+                pick(
+                    f"{call} returned a cache of {got['cache form']}; expected {form}",
+                    f"{call} 返回的缓存是 {got['cache form']}；应为 {form}",
+                ),
                 what="cache form",
                 actual=got["cache form"],
                 expected=form,
@@ -169,7 +200,8 @@ def test_results_follow_the_device_of_the_inputs(kata, other_device):
         calls = [{"ids": ids, "targets": targets}]
 
         def replay(implementation) -> dict:
-            return step(play(implementation, model, calls), 0, text, fits=f"{T} tokens fit")
+            fits = pick(f"{T} tokens fit", f"{T} 个 token 放得下")
+            return step(play(implementation, model, calls), 0, text, fits=fits)
 
         with SPEC.diagnosing(replay, case):
             check(text, with_cache(replay(kata), model, T, call=text))
@@ -234,7 +266,12 @@ def test_results_follow_the_device_of_the_inputs(kata, other_device):
             return
         check_tensor_kind(got, want, call=call, what=what)
         if not torch.equal(got.cpu(), want.cpu()):
-            raise Mismatch(f"{call} returned other {what} than on the CPU", what=what, actual=got, expected=want)
+            raise Mismatch(
+                pick(f"{call} returned other {what} than on the CPU", f"{call} 返回的 {what} 与在 CPU 上的不同"),
+                what=what,
+                actual=got,
+                expected=want,
+            )
 
     judge_on_device(full_pass, other_device, expected=full_pass_expected, compare=compare)
     judge_on_device(decoding, other_device, expected=decoding_expected, compare=compare)
@@ -245,7 +282,8 @@ def test_results_follow_the_device_of_the_inputs(kata, other_device):
 
 @convention(
     "no input is changed in place: input_ids, targets and the cache given to forward (its list and its tensors), "
-    "input_ids given to generate."
+    "input_ids given to generate.",
+    zh="forward 和 generate 不改动它们的输入",
 )
 def test_forward_and_generate_leave_their_inputs_alone(kata, rng, gen):
     """A prefix with targets, then the rest with targets and the prefix's cache (one
@@ -260,7 +298,13 @@ def test_forward_and_generate_leave_their_inputs_alone(kata, rng, gen):
     calls = [{"ids": ids[:, :P], "targets": targets[:, :P]}, {"ids": ids[:, P:], "targets": targets[:, P:], "cache": 0}]
     texts = [forward_text(model, ids[:, :P], targets=targets[:, :P])]
     texts.append(forward_text(model, ids[:, P:], targets=targets[:, P:], held=P))
-    fits = [f"{P} tokens fit in max_len={M}", f"{P} held + {T - P} new = {T} tokens fit in max_len={M}"]
+    fits = [
+        pick(f"{P} tokens fit in max_len={M}", f"{P} 个 token 放得进 max_len={M}"),
+        pick(
+            f"{P} held + {T - P} new = {T} tokens fit in max_len={M}",
+            f"已缓存 {P} 个 + 新的 {T - P} 个 = {T} 个 token，放得进 max_len={M}",
+        ),
+    ]
     prompt = ids[:, :P]
     settings = [
         {"use_cache": True},
@@ -278,9 +322,13 @@ def test_forward_and_generate_leave_their_inputs_alone(kata, rng, gen):
         held, came = trace[0]["result"][2], trace[1]["cache given"]
         if not same_structure(held, came):
             raise AssertionError(
-                f"{texts[1]} changed the cache it was given (it came back as {cache_form(came)}): forward never changes "
-                "the cache it is given; build a new list of new tensors (torch.cat), so one prefix's cache can serve "
-                "several continuations"
+                pick(
+                    f"{texts[1]} changed the cache it was given (it came back as {cache_form(came)}): forward never "
+                    "changes the cache it is given; build a new list of new tensors (torch.cat), so one prefix's cache "
+                    "can serve several continuations",
+                    f"{texts[1]} 改动了传给它的缓存（回来时是 {cache_form(came)}）：forward 绝不改动传入的缓存；"
+                    "请用新张量（torch.cat）组成一个新列表，这样同一个前缀的缓存才能服务多个续写",
+                )
             )
         runs_trace = generation(implementation, model, prompt, runs)
         for n, run in enumerate(runs):

@@ -4,6 +4,7 @@ full pass of the reference, the cache it returns against the reference's keys an
 
 import torch
 
+from judge.language import pick
 from judge.testing.spec import dtypes
 from judge.testing.tiers import core
 
@@ -27,7 +28,7 @@ from .judging import (
 )
 
 
-@core
+@core(zh="先解码前缀、再带缓存分块解码，与一次完整前向一致")
 @dtypes(*FULL)
 def test_a_prefix_then_chunks_with_the_cache_match_one_full_pass(kata, rng, gen, dtype, device):
     """A prefix, then chunks of 1 to 4 tokens, each call with the cache the previous one
@@ -40,7 +41,7 @@ def test_a_prefix_then_chunks_with_the_cache_match_one_full_pass(kata, rng, gen,
             check_decoding(kata, model, ids, prefix_then_chunks(rng, case))
 
 
-@core
+@core(zh="先解码前缀、再带缓存逐个 token 解码，与一次完整前向一致")
 @dtypes(*FULL)
 def test_a_prefix_then_one_token_at_a_time_matches_one_full_pass(kata, rng, gen, dtype):
     """What generate does with its cache: every step's logits agree with the full pass."""
@@ -51,7 +52,7 @@ def test_a_prefix_then_one_token_at_a_time_matches_one_full_pass(kata, rng, gen,
             check_decoding(kata, model, ids, prefix_then_one_at_a_time(case))
 
 
-@core
+@core(zh="同一个前缀的缓存可以服务两个续写")
 def test_one_prefix_cache_serves_two_continuations(kata, rng, gen):
     """forward never changes the cache it is given: the prefix's cache, passed with one
     continuation, still decodes another (the very list the prefix's call returned, both times)."""
@@ -62,16 +63,28 @@ def test_one_prefix_cache_serves_two_continuations(kata, rng, gen):
             first = token_ids(gen, B, T, V)
             second = torch.cat([first[:, :P], token_ids(gen, B, T - P, V)], dim=1)
             branches = (
-                ("first", first, "nothing else"),
-                ("second", second, "the same cache served another continuation"),
+                ("first", first, pick("nothing else", "此前没有其他调用")),
+                (
+                    "second",
+                    second,
+                    pick("the same cache served another continuation", "此前同一个缓存已服务过另一个续写"),
+                ),
             )
             calls = [{"ids": first[:, :P]}] + [{"ids": ids[:, P:], "cache": 0} for _, ids, _ in branches]
             texts = [forward_text(model, first[:, :P])]
             texts += [
-                f"{forward_text(model, ids[:, P:], held=P)} with the prefix's cache, after {after},"
+                pick(
+                    f"{forward_text(model, ids[:, P:], held=P)} with the prefix's cache, after {after},",
+                    f"{forward_text(model, ids[:, P:], held=P)}（使用前缀的缓存；{after}）",
+                )
                 for _, ids, after in branches
             ]
-            fits = [f"{P} tokens fit in max_len={M}"] + [f"{P} held + {T - P} new = {T} tokens fit in max_len={M}"] * 2
+            fits = [pick(f"{P} tokens fit in max_len={M}", f"{P} 个 token 放得进 max_len={M}")] + [
+                pick(
+                    f"{P} held + {T - P} new = {T} tokens fit in max_len={M}",
+                    f"已缓存 {P} 个 + 新的 {T - P} 个 = {T} 个 token，放得进 max_len={M}",
+                )
+            ] * 2
 
             def continuations(implementation, model=model, calls=calls, texts=texts, fits=fits) -> dict:
                 trace = play(implementation, model, calls)

@@ -7,6 +7,7 @@ import math
 
 import torch
 
+from judge.language import pick
 from judge.testing.checks import Inconclusive, Mismatch
 from judge.testing.tiers import convention, core
 
@@ -38,7 +39,7 @@ GENERATOR_ONLY = (
 )
 
 
-@core
+@core(zh="贪心生成与参考一致（带缓存和不带缓存）")
 def test_greedy_generation_matches_the_reference_with_and_without_the_cache(kata, rng, gen):
     """temperature=0: the prompt, then the argmax of the last position's logits step by step,
     up to max_len exactly; use_cache=True and use_cache=False give the same tokens."""
@@ -50,7 +51,7 @@ def test_greedy_generation_matches_the_reference_with_and_without_the_cache(kata
             check_greedy(kata, model, prompt, want)
 
 
-@core
+@core(zh="use_cache 时每一步只送入新 token")
 def test_with_use_cache_each_step_feeds_only_the_new_token(kata, rng, gen):
     """What each forward is fed, seen where the kata runs at the model's own forward (and, if
     generate bypasses it, by a pre-hook on token_embedding): the whole prompt first, then one
@@ -68,8 +69,12 @@ def test_with_use_cache_each_step_feeds_only_the_new_token(kata, rng, gen):
         got = answer(feeding(implementation, model.recipe, prompt, new))
         if "raised" in got:
             raise AssertionError(
-                f"{text} raised ValueError: {got['raised']}; but {prompt_length} + {new} tokens fit in "
-                f"max_len={case['M']}"
+                pick(
+                    f"{text} raised ValueError: {got['raised']}; but {prompt_length} + {new} tokens fit in "
+                    f"max_len={case['M']}",
+                    f"{text} 抛出了 ValueError: {got['raised']}；但是 {prompt_length} + {new} 个 token 放得进 "
+                    f"max_len={case['M']}",
+                )
             )
         return {"fed": got["forward"] or got["token_embedding"]}
 
@@ -77,15 +82,24 @@ def test_with_use_cache_each_step_feeds_only_the_new_token(kata, rng, gen):
         shapes = fed(kata)["fed"]
         if not shapes:
             raise Inconclusive(
-                "what generate feeds the model could not be observed: it calls neither the model's forward "
-                "nor token_embedding as a module"
+                pick(
+                    "what generate feeds the model could not be observed: it calls neither the model's forward "
+                    "nor token_embedding as a module",
+                    "无法观察 generate 给模型送入了什么：它既没有调用模型的 forward，"
+                    "也没有以模块方式调用 token_embedding",
+                )
             )
         later = [shape for shape in shapes[1:] if math.prod(shape) != B]
         if shapes[0] != [B, prompt_length] or later:
             raise Mismatch(
-                f"{text} fed the model {shapes[:6]}{' ...' if len(shapes) > 6 else ''}; with use_cache=True "
-                f"the first forward takes the whole prompt [{B}, {prompt_length}], then each step only the newest "
-                "token [B, 1] with the cache the previous call returned",
+                pick(
+                    f"{text} fed the model {shapes[:6]}{' ...' if len(shapes) > 6 else ''}; with use_cache=True "
+                    f"the first forward takes the whole prompt [{B}, {prompt_length}], then each step only the newest "
+                    "token [B, 1] with the cache the previous call returned",
+                    f"{text} 给模型送入的是 {shapes[:6]}{' ...' if len(shapes) > 6 else ''}；use_cache=True 时，"
+                    f"第一次 forward 接收整个 prompt [{B}, {prompt_length}]，之后每一步只送入最新的 token [B, 1]，"
+                    "并带上上一次调用返回的缓存",
+                ),
                 what="fed",
                 actual=shapes,
                 expected=[[B, prompt_length]] + [[B, 1]] * (new - 1),
@@ -101,7 +115,7 @@ def sampling_model(gen, rng):
     return model, token_ids(gen, 4, 3, case["V"]), 8
 
 
-@core
+@core(zh="采样的 token 不超出 top_k")
 def test_sampled_tokens_stay_within_top_k(kata, rng, gen):
     """temperature 2 flattens the distribution; every drawn token must be among the top_k
     largest logits of its step (the reference's, on the sequence drawn so far; a step whose
@@ -121,9 +135,15 @@ def test_sampled_tokens_stay_within_top_k(kata, rng, gen):
         if outside.any():
             row, step = outside.nonzero()[0].tolist()
             raise Mismatch(
-                f"{text} drew a token outside the top {k} in {int(outside.sum())} of {outside.numel()} steps; first "
-                f"row {row}, new token {step + 1}: token {int(tokens[row, T0 + step])}, ranked {int(rank[row, step]) + 1} "
-                f"by its step's logits; keep only the top_k largest logits (the others -inf) before the softmax",
+                pick(
+                    f"{text} drew a token outside the top {k} in {int(outside.sum())} of {outside.numel()} steps; "
+                    f"first row {row}, new token {step + 1}: token {int(tokens[row, T0 + step])}, ranked "
+                    f"{int(rank[row, step]) + 1} by its step's logits; keep only the top_k largest logits (the others "
+                    "-inf) before the softmax",
+                    f"{text} 在 {outside.numel()} 步中有 {int(outside.sum())} 步抽到了前 {k} 名之外的 token；第一处在"
+                    f"第 {row} 行、第 {step + 1} 个新 token：token {int(tokens[row, T0 + step])}，按该步的 logits 排第 "
+                    f"{int(rank[row, step]) + 1}；softmax 之前只保留最大的 top_k 个 logits（其余设为 -inf）",
+                ),
                 what="tokens",
                 actual=tokens,
                 expected=None,  # any tokens within the top k
@@ -133,7 +153,7 @@ def test_sampled_tokens_stay_within_top_k(kata, rng, gen):
         judge_generation(kata, model, prompt, runs, judge)
 
 
-@core
+@core(zh="接近 0 的温度采样出贪心的 token")
 def test_a_temperature_near_zero_samples_the_greedy_tokens(kata, rng, gen):
     """temperature 1e-6 divides the logits: every step's top logit, at least MARGIN above the
     next, takes all the probability, whatever the draw."""
@@ -146,9 +166,15 @@ def test_a_temperature_near_zero_samples_the_greedy_tokens(kata, rng, gen):
         if not torch.equal(tokens, want):
             wrong = (tokens != want).nonzero()[0].tolist()
             raise Mismatch(
-                f"{text} drew token {int(tokens[tuple(wrong)])} at row {wrong[0]}, position {wrong[1]}, where the "
-                f"argmax is {int(want[tuple(wrong)])} at least {MARGIN} above the rest: at temperature 1e-6 the "
-                "probabilities softmax(logits / temperature) put everything on the argmax (divide by the temperature)",
+                pick(
+                    f"{text} drew token {int(tokens[tuple(wrong)])} at row {wrong[0]}, position {wrong[1]}, where the "
+                    f"argmax is {int(want[tuple(wrong)])} at least {MARGIN} above the rest: at temperature 1e-6 the "
+                    "probabilities softmax(logits / temperature) put everything on the argmax (divide by the "
+                    "temperature)",
+                    f"{text} 在第 {wrong[0]} 行、位置 {wrong[1]} 抽到了 token {int(tokens[tuple(wrong)])}，而该处的 "
+                    f"argmax 是 {int(want[tuple(wrong)])}，比其余的至少高 {MARGIN}：温度为 1e-6 时，概率 "
+                    "softmax(logits / temperature) 全部集中在 argmax 上（要除以温度）",
+                ),
                 what="tokens",
                 actual=tokens,
                 expected=want,
@@ -158,7 +184,7 @@ def test_a_temperature_near_zero_samples_the_greedy_tokens(kata, rng, gen):
         judge_generation(kata, model, prompt, runs, judge)
 
 
-@convention(GENERATOR_ONLY)
+@convention(GENERATOR_ONLY, zh="采样只从 generator 抽取随机数")
 def test_sampling_draws_from_the_generator_only(kata, rng, gen):
     """temperature > 0: the same generator state gives the same tokens, another state others,
     and torch's global RNG is left untouched. One scenario plays the three calls (generators
@@ -180,19 +206,31 @@ def test_sampling_draws_from_the_generator_only(kata, rng, gen):
                 raise AssertionError(str(error)) from None
         if first["global rng moved"]:
             raise AssertionError(
-                f"{texts[0]} drew from torch's global RNG (torch.get_rng_state() changed): pass generator=generator "
-                "to every random call (torch.multinomial(probs, 1, generator=generator))"
+                pick(
+                    f"{texts[0]} drew from torch's global RNG (torch.get_rng_state() changed): pass "
+                    "generator=generator to every random call (torch.multinomial(probs, 1, generator=generator))",
+                    f"{texts[0]} 从 torch 的全局 RNG 抽取了随机数（torch.get_rng_state() 变了）：每个随机调用都要传入 "
+                    "generator=generator（torch.multinomial(probs, 1, generator=generator)）",
+                )
             )
         if not torch.equal(first["tokens"], again["tokens"]):
             differ = int((first["tokens"] != again["tokens"]).sum())
             raise AssertionError(
-                f"{texts[0]} gave other tokens from a generator in the same state ({differ} of "
-                f"{first['tokens'].numel()} differ): draw every random number from `generator`"
+                pick(
+                    f"{texts[0]} gave other tokens from a generator in the same state ({differ} of "
+                    f"{first['tokens'].numel()} differ): draw every random number from `generator`",
+                    f"{texts[0]} 用状态相同的 generator 却得到了不同的 token（{first['tokens'].numel()} 个中有 "
+                    f"{differ} 个不同）：每个随机数都要从 `generator` 中抽取",
+                )
             )
         if torch.equal(first["tokens"], other["tokens"]):
             raise AssertionError(
-                f"{texts[0]} gave the very same tokens from a generator seeded {seed + 1}: the draws must come from "
-                "`generator` (not a generator of your own, nor a fixed seed)"
+                pick(
+                    f"{texts[0]} gave the very same tokens from a generator seeded {seed + 1}: the draws must come "
+                    "from `generator` (not a generator of your own, nor a fixed seed)",
+                    f"{texts[0]} 用种子为 {seed + 1} 的 generator 得到了完全相同的 token：随机数必须来自 `generator`"
+                    "（不能用你自己建的 generator，也不能用固定的种子）",
+                )
             )
         return {}
 

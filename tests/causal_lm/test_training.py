@@ -7,6 +7,7 @@ import math
 import torch
 from torch import nn
 
+from judge.language import pick
 from judge.testing.spec import Case
 from judge.testing.tiers import core
 
@@ -51,7 +52,7 @@ def gpt2_initialise(gen):
     return initialise
 
 
-@core
+@core(zh="用 Adam 训练能把 loss 降到阈值以下")
 def test_training_with_adam_brings_the_loss_below_the_threshold(kata, rng, gen):
     """120 steps of Adam (lr 1e-2) on batches of 16 random windows of 16 characters of CORPUS,
     through forward(input_ids, targets) with targets = input_ids shifted by one (shifted here,
@@ -70,7 +71,7 @@ def test_training_with_adam_brings_the_loss_below_the_threshold(kata, rng, gen):
     data = torch.tensor([chars.index(c) for c in CORPUS])
     s = TRAIN
     sizes = {"B": s["B"], "T": s["T"], "V": len(chars), "E": s["d_model"], "H": s["num_heads"]}
-    case = Case("training", sizes | {"layers": s["num_layers"], "M": s["T"], "F": 4 * s["d_model"]})
+    case = Case("training", sizes | {"layers": s["num_layers"], "M": s["T"], "F": 4 * s["d_model"]}, zh="训练")
     windows = torch.stack([data[i : i + s["T"] + 1] for i in range(len(data) - s["T"])])  # (W, T + 1)
     with case.judged():
         model = build(gen, case, defaults=True, initialise=gpt2_initialise(gen))
@@ -89,15 +90,22 @@ def test_training_with_adam_brings_the_loss_below_the_threshold(kata, rng, gen):
         with SPEC.diagnosing(before_training, case):
             got = answer(training(kata, model.recipe, windows, batches, s["lr"]))
             expected = model.reference.loss(windows[:, :-1], windows[:, 1:]).detach().float()
-            call = f"{every} before training, from GPT-2's initialisation,"
+            call = pick(f"{every} before training, from GPT-2's initialisation,", f"{every}（训练前，GPT-2 的初始化）")
             what = "loss before training"
             assert_close(got["start"], expected, call=call, what=what, tolerance=TOLERANCES[torch.float32])
         end = got["end"]
         if not isinstance(end, torch.Tensor) or end.numel() != 1 or not bool(end < THRESHOLD):
             shown = f"{float(end):.3f}" if isinstance(end, torch.Tensor) and end.numel() == 1 else repr(end)
             raise AssertionError(
-                f"after {s['steps']} steps of Adam (lr {s['lr']}) through {text}, the loss over the corpus is "
-                f"{shown} (it started at {float(got['start']):.3f}, ln V = {math.log(len(chars)):.3f}); a correct "
-                f"model gets below {THRESHOLD} (measured at most 0.40). Does every parameter get its gradient (nothing "
-                f"detached)? Is the loss the mean over the positions as given? ({got['cpu seconds']:.1f} s of CPU)"
+                pick(
+                    f"after {s['steps']} steps of Adam (lr {s['lr']}) through {text}, the loss over the corpus is "
+                    f"{shown} (it started at {float(got['start']):.3f}, ln V = {math.log(len(chars)):.3f}); a correct "
+                    f"model gets below {THRESHOLD} (measured at most 0.40). Does every parameter get its gradient "
+                    "(nothing detached)? Is the loss the mean over the positions as given? "
+                    f"({got['cpu seconds']:.1f} s of CPU)",
+                    f"经 {text} 用 Adam（lr {s['lr']}）训练 {s['steps']} 步后，语料上的 loss 是 {shown}（起始为 "
+                    f"{float(got['start']):.3f}，ln(V) = {math.log(len(chars)):.3f}）；正确的模型能降到 {THRESHOLD} "
+                    "以下（实测最多 0.40）。每个参数都得到梯度了吗（没有被 detach 的）？loss 是按给定的各个位置求的"
+                    f"平均吗？（CPU 用时 {got['cpu seconds']:.1f} 秒）",
+                )
             )

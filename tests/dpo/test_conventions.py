@@ -32,7 +32,7 @@ from .common import (
 )
 
 
-@convention(FLOAT64_RULE)
+@convention(FLOAT64_RULE, zh="float64 输入全程以 float64 计算")
 def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
     """sequence_log_probs (ordinary and large logits) and dpo_loss (ordinary and extreme
     log-probabilities), values and gradients, held to float64's own tolerances."""
@@ -59,7 +59,7 @@ def fixed_inputs(case, device):
     return make_inputs(torch.Generator().manual_seed(0), case, torch.float32, device)
 
 
-@convention("the result is on the logits' device.")
+@convention("the result is on the logits' device.", zh="对数概率与 logits 在同一 device 上")
 def test_log_probabilities_follow_the_device_of_the_logits(kata, other_device):
     """Masks and zeros made inside the kata must be made on the inputs' device: the first
     edge case, then T = 1 (nothing to predict: a sum of nothing)."""
@@ -84,7 +84,7 @@ def test_log_probabilities_follow_the_device_of_the_logits(kata, other_device):
             )
 
 
-@convention("the three results are on the inputs' device.")
+@convention("the three results are on the inputs' device.", zh="dpo_loss 的结果与输入在同一 device 上")
 def test_dpo_loss_results_follow_the_device_of_the_inputs(kata, other_device):
     for case in (CASES.edges[0], DEGENERATE[0]):
         with case.judged():
@@ -108,7 +108,7 @@ def test_dpo_loss_results_follow_the_device_of_the_inputs(kata, other_device):
             )
 
 
-@convention("the inputs are never modified.")
+@convention("the inputs are never modified.", zh="不修改输入")
 def test_does_not_modify_its_inputs(kata, rng, gen):
     """Every dtype, the default and a custom ignore_index (where a kata may convert, or
     replace ignored labels, in place); dpo_loss with and without label smoothing."""

@@ -4,6 +4,7 @@ policy's logits (see common.py)."""
 
 import torch
 
+from judge.language import pick
 from judge.testing.checks import describe
 from judge.testing.spec import dtypes
 from judge.testing.tiers import core
@@ -28,7 +29,7 @@ from .common import (
 )
 
 
-@core
+@core(zh="sequence_log_probs 的梯度传到 logits，与经过 PyTorch 的 autograd 一致")
 @dtypes(*FULL)
 def test_gradients_of_sequence_log_probs_reach_the_logits_like_autograd_through_pytorch(kata, rng, gen, dtype):
     """Autograd through the kata against autograd through F.cross_entropy on the shifted
@@ -43,7 +44,7 @@ def test_gradients_of_sequence_log_probs_reach_the_logits_like_autograd_through_
             check_log_probs_gradient(kata, case, logits, labels, upstream, ignore_index=ignore_index)
 
 
-@core
+@core(zh="dpo_loss 的梯度传到全部四个对数概率")
 @dtypes(*FULL)
 def test_gradients_of_dpo_loss_reach_all_four_log_probabilities(kata, rng, gen, dtype):
     """Autograd through the kata against autograd through the formula with F.logsigmoid: the
@@ -60,18 +61,22 @@ def gradients_of(implementation, text: str, logits, labels, reference, upstream,
     got = end_to_end(implementation, logits, labels, reference, upstream, kwargs)
     if not got["requires_grad"]:
         raise AssertionError(
-            f"{text}: losses does not require grad; autograd lost track of the inputs "
-            "(no .detach(), .item(), numpy or torch.no_grad() on the way to it)"
+            pick(
+                f"{text}: losses does not require grad; autograd lost track of the inputs "
+                "(no .detach(), .item(), numpy or torch.no_grad() on the way to it)",
+                f"{text}：losses 不需要梯度（requires_grad=False）；autograd 跟丢了输入"
+                "（得到它的路径上不能有 .detach()、.item()、numpy 或 torch.no_grad()）",
+            )
         )
     found = {}
     for name, grad in got["grads"].items():
         if grad is None:
-            raise AssertionError(f"{text}: no gradient reached `{name}`")
+            raise AssertionError(pick(f"{text}: no gradient reached `{name}`", f"{text}：没有梯度到达 `{name}`"))
         found[f"the gradient of `{name}`"] = grad
     return found
 
 
-@core
+@core(zh="梯度从损失一路流回策略的 logits")
 @dtypes(*FULL)
 def test_gradients_flow_from_the_loss_back_to_the_policy_logits(kata, rng, gen, dtype):
     """End to end: policy logits of the chosen and the rejected sequences -> sequence_log_probs

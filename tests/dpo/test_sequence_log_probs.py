@@ -20,7 +20,7 @@ from .common import (
 )
 
 
-@core
+@core(zh="sequence_log_probs 对移位后各标签的对数概率求和")
 @dtypes(*FULL)
 def test_sequence_log_probs_sums_the_shifted_labels_log_probabilities(kata, rng, gen, dtype, device):
     """The logits at t predict the label at t + 1; labels equal to -100 (the default
@@ -30,7 +30,7 @@ def test_sequence_log_probs_sums_the_shifted_labels_log_probabilities(kata, rng,
             check_log_probs(kata, case, *make_inputs(gen, case, dtype, device))
 
 
-@core
+@core(zh="自定义 ignore_index 即使是合法 token 也会被遵守")
 @dtypes(*FULL)
 def test_a_custom_ignore_index_is_honoured_even_when_it_is_a_token(kata, rng, gen, dtype, device):
     """ignore_index 0, V - 1 (legal token ids, which every label holding them must skip) or -1."""
@@ -45,7 +45,7 @@ def test_a_custom_ignore_index_is_honoured_even_when_it_is_a_token(kata, rng, ge
             check_log_probs(kata, case, logits, labels, ignore_index=ignore_index)
 
 
-@core
+@core(zh="大到 1e4 的 logits 既不上溢也不下溢")
 @dtypes(*FULL)
 def test_logits_as_large_as_1e4_neither_overflow_nor_underflow(kata, rng, gen, dtype, device):
     """Positions offset by up to +-7000, tokens spread by 1000: exp overflows without each
@@ -56,7 +56,8 @@ def test_logits_as_large_as_1e4_neither_overflow_nor_underflow(kata, rng, gen, d
 
 
 @convention(
-    "float16 and bfloat16 logits are computed in float32 (or better) and the result returned in the logits' dtype."
+    "float16 and bfloat16 logits are computed in float32 (or better) and the result returned in the logits' dtype.",
+    zh="半精度 logits 以 float32 计算",
 )
 @dtypes(*HALF)
 def test_half_precision_logits_are_computed_in_float32(kata, rng, gen, dtype, device):
@@ -72,7 +73,10 @@ def test_half_precision_logits_are_computed_in_float32(kata, rng, gen, dtype, de
             check_log_probs(kata, case, *make_inputs(gen, case, dtype, device, large=True))
 
 
-@convention("a sequence with nothing to predict (T = 1, or every shifted label ignored) gives 0.")
+@convention(
+    "a sequence with nothing to predict (T = 1, or every shifted label ignored) gives 0.",
+    zh="没有可预测内容的序列得 0",
+)
 @dtypes(*FULL)
 def test_a_sequence_with_nothing_to_predict_gives_0(kata, rng, gen, dtype, device):
     """T = 1, and a row whose every label is ignored: with the default ignore_index, a custom

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from judge.forbidden import ATTENTION
+from judge.language import pick
 from judge.testing import checks, modules
 from judge.testing.inputs import randn
 from judge.testing.modules import ModuleKata
@@ -30,7 +31,10 @@ from judge.testing.tolerances import per_dtype
 
 FULL = [torch.float32, torch.float64]
 HALF = [torch.float16, torch.bfloat16]
-ASKS = "q_proj, k_proj, v_proj, o_proj (nn.Linear; k_proj and v_proj: embed_dim -> num_kv_heads * head size)"
+ASKS = pick(
+    "q_proj, k_proj, v_proj, o_proj (nn.Linear; k_proj and v_proj: embed_dim -> num_kv_heads * head size)",
+    "q_proj、k_proj、v_proj、o_proj（nn.Linear；k_proj 和 v_proj：embed_dim -> num_kv_heads * 头大小）",
+)
 EXACT = {"rtol": 0.0, "atol": 0.0}
 
 # (rtol, atol) for an output (or the cached keys and values) compared with the float64
@@ -82,10 +86,40 @@ def hidden_sizes(rng, count: int) -> list[dict]:
 
 
 EDGES = (  # the most telling first
-    edge("4 heads share 2 kv heads, the cache filled to max_len", B=2, N=7, P=3, E=16, H=4, KV=2, M=7),
-    edge("multi-query: 3 heads, one kv head, head size 2", B=3, N=6, P=2, E=6, H=3, KV=1, M=9),
-    edge("multi-head: 5 heads, 5 kv heads, one sequence, a one-token prefill", B=1, N=5, P=1, E=30, H=5, KV=5, M=8),
-    edge("one head, one token in all", B=1, N=1, P=1, E=4, H=1, KV=1, M=1),
+    edge(
+        "4 heads share 2 kv heads, the cache filled to max_len",
+        "4 个头共享 2 个 kv 头，缓存恰好填满到 max_len",
+        B=2,
+        N=7,
+        P=3,
+        E=16,
+        H=4,
+        KV=2,
+        M=7,
+    ),
+    edge(
+        "multi-query: 3 heads, one kv head, head size 2",
+        "多查询：3 个头、1 个 kv 头，头大小为 2",
+        B=3,
+        N=6,
+        P=2,
+        E=6,
+        H=3,
+        KV=1,
+        M=9,
+    ),
+    edge(
+        "multi-head: 5 heads, 5 kv heads, one sequence, a one-token prefill",
+        "多头：5 个头、5 个 kv 头，一个序列，预填充 1 个 token",
+        B=1,
+        N=5,
+        P=1,
+        E=30,
+        H=5,
+        KV=5,
+        M=8,
+    ),
+    edge("one head, one token in all", "一个头，总共只有一个 token", B=1, N=1, P=1, E=4, H=1, KV=1, M=1),
 )
 CASES = CaseTable(draw=hidden_sizes, edges=EDGES, draws=3)
 
@@ -137,9 +171,11 @@ KVC = ModuleKata(
     arguments=lambda case, options: ({"embed_dim": case["E"], "num_heads": case["H"]}, dict(options)),
     forward=reference_forward,
     tolerances=TOLERANCES,
-    nan_hint=(
+    nan_hint=pick(
         "NaN usually comes from a softmax over a row of -inf, a token whose every key was blocked: the causal mask "
-        "blocks only the keys after a token (new token i, at position held + i, sees keys 0..held + i, itself included)"
+        "blocks only the keys after a token (new token i, at position held + i, sees keys 0..held + i, itself included)",
+        "NaN 通常来自对一整行 -inf 做 softmax，即某个 token 的所有键都被屏蔽了：因果掩码只屏蔽该 token 之后的键"
+        "（新 token i 位于位置 held + i，能看到键 0..held + i，包括它自己）",
     ),
 )
 
@@ -243,7 +279,8 @@ def split(rng, total: int) -> list[int]:
 
 
 def schedule_text(chunks) -> str:
-    return "[" + ", ".join(str(b - a) for a, b in chunks) + "] tokens per call"
+    sizes = "[" + ", ".join(str(b - a) for a, b in chunks) + "]"
+    return pick(f"{sizes} tokens per call", f"每次调用的 token 数为 {sizes}")
 
 
 # --------------------------------------------------------------------------- a case built

@@ -16,6 +16,7 @@ import random
 
 import torch
 
+from judge.language import pick
 from judge.testing import modules
 from judge.testing.checks import Mismatch, check_tensor_kind, describe, judge_on_device
 from judge.testing.diagnosis import diagnosing
@@ -176,15 +177,27 @@ def same_storage(a, b) -> bool:
     )
 
 
+def said(found):
+    """An outcome sentence (see `outcome`) as the learner reads it; anything else as it is."""
+    if found == "returned normally":
+        return pick(found, "正常返回了")
+    if isinstance(found, str) and found.startswith("raised "):
+        return pick(found, "抛出了 " + found.removeprefix("raised "))
+    return found
+
+
 def expect(seen: dict, what: str, expected, message: str) -> None:
     if seen[what] != expected:
-        raise Mismatch(message.format(got=seen[what]), what=what, actual=seen[what], expected=expected)
+        raise Mismatch(message.format(got=said(seen[what])), what=what, actual=seen[what], expected=expected)
 
 
 def check_length(length, expected: int, *, after: str, what: str = "length") -> None:
     if isinstance(length, bool) or not isinstance(length, int) or length != expected:
         raise Mismatch(
-            f"after {after}, cache.length is {describe(length)}; expected the int {expected} (the tokens held)",
+            pick(
+                f"after {after}, cache.length is {describe(length)}; expected the int {expected} (the tokens held)",
+                f"{after} 之后，cache.length 是 {describe(length)}；应为 int {expected}（缓存中的 token 数）",
+            ),
             what=what,
             actual=length,
             expected=expected,
@@ -194,9 +207,13 @@ def check_length(length, expected: int, *, after: str, what: str = "length") -> 
 def check_buffers_kept(kept, *, after: str) -> None:
     if kept is False:
         raise Mismatch(
-            f"after {after}, cache.k or cache.v is no longer the buffer allocated by KVCache(...): its storage "
-            "moved. Allocate the buffers once and write into them in place (self.k[:, :, start:end] = k_new), "
-            "never torch.cat into a new tensor",
+            pick(
+                f"after {after}, cache.k or cache.v is no longer the buffer allocated by KVCache(...): its storage "
+                "moved. Allocate the buffers once and write into them in place (self.k[:, :, start:end] = k_new), "
+                "never torch.cat into a new tensor",
+                f"{after} 之后，cache.k 或 cache.v 不再是 KVCache(...) 分配的那块缓冲区：它的存储换了。"
+                "缓冲区只分配一次，之后原地写入（self.k[:, :, start:end] = k_new），绝不要用 torch.cat 拼成新张量",
+            ),
             what="buffers kept",
             actual=False,
             expected=True,
@@ -206,8 +223,12 @@ def check_buffers_kept(kept, *, after: str) -> None:
 def check_views(views, *, call: str) -> None:
     if views is False:
         raise Mismatch(
-            f"{call} returned keys or values that do not share the storage of cache.k and cache.v: "
-            "return views of the buffers (self.k[:, :, :length]), not copies",
+            pick(
+                f"{call} returned keys or values that do not share the storage of cache.k and cache.v: "
+                "return views of the buffers (self.k[:, :, :length]), not copies",
+                f"{call} 返回的 keys 或 values 与 cache.k、cache.v 不共享存储："
+                "请返回缓冲区的视图（self.k[:, :, :length]），而不是副本",
+            ),
             what="views",
             actual=False,
             expected=True,
@@ -218,7 +239,10 @@ def check_unchanged(sent: torch.Tensor, came, *, call: str, what: str) -> None:
     """A convention: the call left its argument as it was sent (by value)."""
     if not sent.is_meta and not same_values(sent, came):
         raise Mismatch(
-            f"{call} modified its `{what}` argument in place; work on a copy or an out-of-place op",
+            pick(
+                f"{call} modified its `{what}` argument in place; work on a copy or an out-of-place op",
+                f"{call} 原地修改了参数 `{what}`；请在副本上操作，或使用非原地运算",
+            ),
             what=what,
             actual=came,
             expected=sent,
@@ -255,15 +279,21 @@ def update_steps(trace: dict, case, pieces: list) -> list[tuple[str, dict]]:
     steps, held = [], 0
     for (k_new, v_new), step in zip(pieces, trace["updates"]):
         T = k_new.size(2)
-        text = f"{cache_text(case)}.update({describe(k_new)}, {describe(v_new)}) with {held} tokens held"
+        update = f"{cache_text(case)}.update({describe(k_new)}, {describe(v_new)})"
+        text = pick(f"{update} with {held} tokens held", f"已存 {held} 个 token 时调用 {update}")
         if "raised" in step:
-            why = (
+            why = pick(
                 f"{text} raised ValueError: {step['raised']}; but {held} + {T} = {held + T} tokens fit in "
-                f"max_len={case['M']} (a cache may be filled exactly to max_len)"
+                f"max_len={case['M']} (a cache may be filled exactly to max_len)",
+                f"{text} 抛出了 ValueError: {step['raised']}；但 {held} + {T} = {held + T} 个 token 放得进 "
+                f"max_len={case['M']}（缓存可以恰好填满到 max_len）",
             )
             return [*steps, (text, {"failure": why})]
         if "keys" not in step:
-            why = f"{text} returned {describe(step['returned'])}; expected a pair (keys, values)"
+            why = pick(
+                f"{text} returned {describe(step['returned'])}; expected a pair (keys, values)",
+                f"{text} 返回了 {describe(step['returned'])}；应返回一对 (keys, values)",
+            )
             return [*steps, (text, {"failure": why})]
         held += T
         first = trace["buffers"]
@@ -315,15 +345,23 @@ def decoding_steps(trace: dict, model: Model, sequences: list, schedules: list) 
     steps = []
     meta = model.device == "meta"
     for number, (x, chunks, calls) in enumerate(zip(sequences, schedules, trace["sequences"])):
-        again = "after cache.reset(), " if number else ""
-        story = f"{again}decoding {schedule_text(chunks)} with cache = {model.cache_repr()}"
+        again = pick("after cache.reset(), ", "cache.reset() 之后，") if number else ""
+        cache, schedule = model.cache_repr(), schedule_text(chunks)
+        story = pick(
+            f"{again}decoding {schedule} with cache = {cache}", f"{again}用 cache = {cache} 解码（{schedule}）"
+        )
         for step, ((a, b), call) in enumerate(zip(chunks, calls)):
             piece = f"{model.name}({describe(x[:, a:b])}, cache)"
-            text = f"{story}: call {step + 1}, tokens {a}..{b - 1} ({a} held): {piece}"
+            text = pick(
+                f"{story}: call {step + 1}, tokens {a}..{b - 1} ({a} held): {piece}",
+                f"{story}：第 {step + 1} 次调用，token {a}..{b - 1}（已存 {a} 个）：{piece}",
+            )
             if "raised" in call:
-                why = (
+                why = pick(
                     f"{text} raised ValueError: {call['raised']}; but {a} held + {b - a} new = {b} tokens fit in "
-                    f"max_len={model.case['M']} (a cache may be filled exactly to max_len)"
+                    f"max_len={model.case['M']} (a cache may be filled exactly to max_len)",
+                    f"{text} 抛出了 ValueError: {call['raised']}；但已存 {a} 个 + 新来 {b - a} 个 = {b} 个 token 放得进 "
+                    f"max_len={model.case['M']}（缓存可以恰好填满到 max_len）",
                 )
                 return [*steps, (text, {"failure": why})]
             kept = None if meta else all(same_storage(b_, f) for b_, f in zip(call["buffers"], trace["buffers"]))
@@ -350,13 +388,16 @@ def check_decoding(
 
     def judge(index, text, got, a, b, want) -> None:
         expected = want["output"][:, a:b].to(dtype=model.dtype, device=model.device)
-        call = f"{text}, compared with rows {a}..{b - 1} of one causal pass over the whole sequence,"
+        call = pick(
+            f"{text}, compared with rows {a}..{b - 1} of one causal pass over the whole sequence,",
+            f"{text}（与对整个序列做一次因果计算所得的第 {a}..{b - 1} 行比较）",
+        )
         assert_close(got["output"], expected, call=call, what="output", tolerance=tolerance)
         check_length(got["length"], b, after=text)
         if contents:
             for what, key, name in (("rotated keys", "keys", "k"), ("values", "values", "v")):
                 expected = want[key][:, :, :b].to(dtype=model.dtype, device=model.device)
-                call = f"after {text}, cache.{name}[:, :, :{b}]"
+                call = pick(f"after {text}, cache.{name}[:, :, :{b}]", f"{text} 之后的 cache.{name}[:, :, :{b}]")
                 assert_close(got[what], expected, call=call, what=what, tolerance=tolerance)
 
     judge_decoding(kata, model, sequences, schedules, judge, wants)
@@ -422,7 +463,11 @@ def judge_decoding_on_device(kata, device: str) -> None:
 
     def run(where: str, check) -> None:
         model, sequences, schedules = story(where)
-        text = f"decoding {schedule_text(schedules[0])} with cache = {model.cache_repr()} and {model.name}"
+        cache, schedule = model.cache_repr(), schedule_text(schedules[0])
+        text = pick(
+            f"decoding {schedule} with cache = {cache} and {model.name}",
+            f"用 cache = {cache} 和 {model.name} 解码（{schedule}）",
+        )
 
         def replay(implementation) -> dict:
             return flat(decode(implementation, model, sequences, schedules), model, sequences, schedules)

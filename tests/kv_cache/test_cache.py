@@ -4,6 +4,7 @@ buffers, written in place), `length`, an overflow refused before anything is wri
 
 import torch
 
+from judge.language import pick
 from judge.testing.checks import check_tensor_kind, describe
 from judge.testing.diagnosis import diagnosing
 from judge.testing.tiers import convention, core
@@ -40,19 +41,24 @@ def check_allocation(kata, rng, dtypes: list) -> None:
             got = made(kata)
             for what in ("cache.k", "cache.v"):
                 if got[what] is None:
-                    raise AssertionError(f"{call} has no attribute `{what[6:]}`; the kata asks for buffers k and v")
+                    raise AssertionError(
+                        pick(
+                            f"{call} has no attribute `{what[6:]}`; the kata asks for buffers k and v",
+                            f"{call} 没有属性 `{what[6:]}`；题目要求有缓冲区 k 和 v",
+                        )
+                    )
                 expected = torch.empty(B, KV, M, hs, dtype=dtype or torch.float32)
                 check_tensor_kind(got[what], expected, call=call, what=what)
             check_length(got["cache.length"], 0, after=call, what="cache.length")
 
 
-@core
+@core(zh="KVCache 以 float32 或指定的 dtype 分配缓冲区")
 def test_kv_cache_allocates_its_buffers_in_float32_or_the_dtype_asked(kata, rng):
     """k and v [B, KV, max_len, hs], float32 unless dtype says otherwise (float64 here); length 0."""
     check_allocation(kata, rng, [None, torch.float64])
 
 
-@core
+@core(zh="update 从旧到新返回所有已存的 token，并记下个数")
 def test_update_returns_every_token_held_oldest_first_and_counts_them(kata, rng, gen):
     """Updates of random sizes: each returns the keys and values of every token so far, oldest
     first; length counts the tokens."""
@@ -70,7 +76,7 @@ def test_update_returns_every_token_held_oldest_first_and_counts_them(kata, rng,
             judge_updates(kata, case, pieces, judge)
 
 
-@core
+@core(zh="reset 清空已存的 token")
 def test_reset_forgets_the_held_tokens(kata, rng, gen):
     """After reset() the length is 0 and the next update starts again from position 0."""
     for case in CASES.random(rng, 2):
@@ -86,12 +92,16 @@ def test_reset_forgets_the_held_tokens(kata, rng, gen):
             with diagnosing(SPEC.kata, replay, case):
                 seen = replay(kata)
                 check_length(seen["length after reset"], 0, after=f"{name}.reset()", what="length after reset")
-                call = f"{name}.update({describe(after[0])}, {describe(after[1])}) after reset()"
+                update = f"{name}.update({describe(after[0])}, {describe(after[1])})"
+                call = pick(f"{update} after reset()", f"reset() 之后调用 {update}")
                 expect(
                     seen,
                     "update after reset",
                     "returned normally",
-                    f"{call} {{got}}; expected it to work: a reset cache holds no tokens",
+                    pick(
+                        f"{call} {{got}}; expected it to work: a reset cache holds no tokens",
+                        f"{call} {{got}}；应能正常工作：reset 之后的缓存不含任何 token",
+                    ),
                 )
                 assert_close(seen["keys after reset"], after[0], call=call, what="keys after reset", tolerance=EXACT)
                 assert_close(
@@ -105,12 +115,18 @@ def test_reset_forgets_the_held_tokens(kata, rng, gen):
                 )
 
 
-@convention("float16 and bfloat16 caches work: KVCache(..., dtype=torch.float16) holds its tokens in float16.")
+@convention(
+    "float16 and bfloat16 caches work: KVCache(..., dtype=torch.float16) holds its tokens in float16.",
+    zh="要求时 KVCache 以半精度分配缓冲区",
+)
 def test_kv_cache_allocates_its_buffers_in_half_precision_when_asked(kata, rng):
     check_allocation(kata, rng, [torch.float16, torch.bfloat16])
 
 
-@convention("update writes into the buffers allocated once (never a new buffer, no torch.cat) and returns views")
+@convention(
+    "update writes into the buffers allocated once (never a new buffer, no torch.cat) and returns views",
+    zh="update 原地写入并返回缓冲区的视图",
+)
 def test_update_writes_in_place_and_returns_views_of_the_buffers(kata, rng, gen):
     """Read from the trace's tensors: what update returns shares the storage of cache.k and
     cache.v, and those stay the buffers KVCache(...) allocated (see common.py)."""
@@ -125,7 +141,10 @@ def test_update_writes_in_place_and_returns_views_of_the_buffers(kata, rng, gen)
             judge_updates(kata, case, pieces, judge)
 
 
-@convention("an update that does not fit raises ValueError before writing anything.")
+@convention(
+    "an update that does not fit raises ValueError before writing anything.",
+    zh="放不下的 update 在写入任何内容之前抛出 ValueError",
+)
 def test_update_that_does_not_fit_raises_value_error_before_writing_anything(kata, rng, gen):
     """A cache holding max_len - r tokens refuses r + 1 or more (buffers and length unchanged),
     takes exactly r (full), then refuses one more."""
@@ -149,52 +168,95 @@ def test_update_that_does_not_fit_raises_value_error_before_writing_anything(kat
             name = cache_text(case)
             with diagnosing(SPEC.kata, replay, case):
                 seen = replay(kata)
-                update = f"{name}.update(k_new, v_new) of {extra} tokens with {held} held"
+                update = pick(
+                    f"{name}.update(k_new, v_new) of {extra} tokens with {held} held",
+                    f"已存 {held} 个 token 时用 {extra} 个 token 调用 {name}.update(k_new, v_new)",
+                )
                 expect(
                     seen,
                     "too many",
                     "raised ValueError",
-                    f"{update} {{got}}; expected ValueError: {held} + {extra} > max_len={M}",
+                    pick(
+                        f"{update} {{got}}; expected ValueError: {held} + {extra} > max_len={M}",
+                        f"{update} {{got}}；应抛出 ValueError：{held} + {extra} > max_len={M}",
+                    ),
                 )
                 expect(
                     seen,
                     "length after refusing",
                     held,
-                    f"after {update} was refused, cache.length is {{got!r}}; expected {held}: "
-                    "refuse before changing anything",
+                    pick(
+                        f"after {update} was refused, cache.length is {{got!r}}; expected {held}: "
+                        "refuse before changing anything",
+                        f"{update} 被拒绝之后，cache.length 是 {{got!r}}；应为 {held}：要在改动任何东西之前拒绝",
+                    ),
                 )
                 expect(
                     seen,
                     "nothing written when refusing",
                     True,
-                    f"{update} was refused but changed the buffers: check that the tokens fit BEFORE writing "
-                    "any of them",
+                    pick(
+                        f"{update} was refused but changed the buffers: check that the tokens fit BEFORE writing "
+                        "any of them",
+                        f"{update} 被拒绝了，却改动了缓冲区：要先检查这些 token 放得下，再写入其中任何一个",
+                    ),
                 )
-                fill_up = f"{name}.update(k_new, v_new) of {room} tokens with {held} held"
+                fill_up = pick(
+                    f"{name}.update(k_new, v_new) of {room} tokens with {held} held",
+                    f"已存 {held} 个 token 时用 {room} 个 token 调用 {name}.update(k_new, v_new)",
+                )
                 expect(
                     seen,
                     "filling exactly",
                     "returned normally",
-                    f"{fill_up} {{got}}; expected it to work: {held} + {room} = max_len={M} fits exactly",
+                    pick(
+                        f"{fill_up} {{got}}; expected it to work: {held} + {room} = max_len={M} fits exactly",
+                        f"{fill_up} {{got}}；应能正常工作：{held} + {room} = max_len={M}，恰好放满",
+                    ),
                 )
-                expect(seen, "length when full", M, f"after {fill_up}, cache.length is {{got!r}}; expected {M}")
-                full = f"{name}.update(k_new, v_new) of 1 token with {M} held (full)"
-                expect(seen, "one more", "raised ValueError", f"{full} {{got}}; expected ValueError: the cache is full")
+                expect(
+                    seen,
+                    "length when full",
+                    M,
+                    pick(
+                        f"after {fill_up}, cache.length is {{got!r}}; expected {M}",
+                        f"{fill_up} 之后，cache.length 是 {{got!r}}；应为 {M}",
+                    ),
+                )
+                full = pick(
+                    f"{name}.update(k_new, v_new) of 1 token with {M} held (full)",
+                    f"已存 {M} 个 token（已满）时用 1 个 token 调用 {name}.update(k_new, v_new)",
+                )
+                expect(
+                    seen,
+                    "one more",
+                    "raised ValueError",
+                    pick(
+                        f"{full} {{got}}; expected ValueError: the cache is full",
+                        f"{full} {{got}}；应抛出 ValueError：缓存已满",
+                    ),
+                )
                 expect(
                     seen,
                     "length after refusing one more",
                     M,
-                    f"after {full} was refused, cache.length is {{got!r}}; expected {M}",
+                    pick(
+                        f"after {full} was refused, cache.length is {{got!r}}; expected {M}",
+                        f"{full} 被拒绝之后，cache.length 是 {{got!r}}；应为 {M}",
+                    ),
                 )
                 expect(
                     seen,
                     "nothing written when refusing one more",
                     True,
-                    f"{full} was refused but changed the buffers: check that the tokens fit BEFORE writing any of them",
+                    pick(
+                        f"{full} was refused but changed the buffers: check that the tokens fit BEFORE writing any of them",
+                        f"{full} 被拒绝了，却改动了缓冲区：要先检查这些 token 放得下，再写入其中任何一个",
+                    ),
                 )
 
 
-@convention("k_new and v_new are never changed in place.")
+@convention("k_new and v_new are never changed in place.", zh="update 不改动 k_new 和 v_new")
 def test_update_leaves_k_new_and_v_new_alone(kata, rng, gen):
     """Checked by value, on the arguments as each update left them."""
     case = CASES.random(rng)[0]

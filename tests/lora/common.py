@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from judge.forbidden import NONE
+from judge.language import pick
 from judge.testing import modules
 from judge.testing.checks import Mismatch, assert_close, call_repr, check_tensor_kind, describe
 from judge.testing.inputs import randn
@@ -76,13 +77,20 @@ TOLERANCES = {
 # The core tier judges the math without dropout (p = 0, see without_dropout); the dropout
 # tests (a convention) take the cases' p.
 
+# fmt: off
 EDGES = (  # the most telling first
-    edge("alpha / r = 4 (r / alpha: 0.25), in != out", lead=(2, 3), I=6, O=9, r=3, alpha=12, bias=True, p=0.0),
-    edge("alpha None: scaling 1", lead=(4,), I=5, O=3, r=2, alpha=None, bias=False, p=0.3),
-    edge("x one vector [in_features], r above in_features", lead=(), I=3, O=7, r=5, alpha=2.5, bias=True, p=0.1),
-    edge("rank 1, one feature in, one out, one position", lead=(1, 1), I=1, O=1, r=1, alpha=2.0, bias=True, p=0.0),
-    edge("alpha = 2r, as usual; three leading dims", lead=(2, 1, 3), I=11, O=4, r=8, alpha=16, bias=False, p=0.0),
+    edge("alpha / r = 4 (r / alpha: 0.25), in != out", "alpha / r = 4（r / alpha：0.25），in_features != out_features",
+         lead=(2, 3), I=6, O=9, r=3, alpha=12, bias=True, p=0.0),
+    edge("alpha None: scaling 1", "alpha 为 None：scaling 为 1",
+         lead=(4,), I=5, O=3, r=2, alpha=None, bias=False, p=0.3),
+    edge("x one vector [in_features], r above in_features", "x 是单个向量 [in_features]，r 大于 in_features",
+         lead=(), I=3, O=7, r=5, alpha=2.5, bias=True, p=0.1),
+    edge("rank 1, one feature in, one out, one position", "秩为 1，输入输出各一个特征，一个位置",
+         lead=(1, 1), I=1, O=1, r=1, alpha=2.0, bias=True, p=0.0),
+    edge("alpha = 2r, as usual; three leading dims", "alpha = 2r（常见取法）；三个前导维度",
+         lead=(2, 1, 3), I=11, O=4, r=8, alpha=16, bias=False, p=0.0),
 )
+# fmt: on
 
 
 def draw(rng, count: int) -> list[dict]:
@@ -352,11 +360,20 @@ def refused(model: Model, got: dict) -> dict:
     part, layout = got["problem"], LAYOUTS[got["problem"]]
     if got["kind"] != "Parameter":
         raise AssertionError(
-            f"{model.name}.{part} is {got['found']}; expected an nn.Parameter {layout} "
-            "(a Parameter itself, not an nn.Linear holding one)"
+            pick(
+                f"{model.name}.{part} is {got['found']}; expected an nn.Parameter {layout} "
+                "(a Parameter itself, not an nn.Linear holding one)",
+                f"{model.name}.{part} 是 {got['found']}；应为 nn.Parameter {layout}"
+                "（本身就是 Parameter，而不是持有 Parameter 的 nn.Linear）",
+            )
         )
     want = list(model.recipe["lora"][part].shape)
-    raise AssertionError(f"{model.name}.{part} has shape {got['shape']}, expected {want}: {part} is {layout}")
+    raise AssertionError(
+        pick(
+            f"{model.name}.{part} has shape {got['shape']}, expected {want}: {part} is {layout}",
+            f"{model.name}.{part} 的形状是 {got['shape']}，应为 {want}：{part} 是 {layout}",
+        )
+    )
 
 
 def run_forward(implementation, model: Model, x) -> dict:
@@ -379,8 +396,11 @@ def check_lora_parameter(seen: dict, name: str, shape: tuple, dtype, device, cal
     dtype and device."""
     if seen[f"{name} kind"] != "Parameter":
         raise Mismatch(
-            f"{call}.{name} is {seen[f'{name} found']}; expected an nn.Parameter {list(shape)} (registered on the "
-            "module, so an optimiser finds it)",
+            pick(
+                f"{call}.{name} is {seen[f'{name} found']}; expected an nn.Parameter {list(shape)} (registered on the "
+                "module, so an optimiser finds it)",
+                f"{call}.{name} 是 {seen[f'{name} found']}；应为 nn.Parameter {list(shape)}（注册在模块上，优化器才能找到它）",
+            ),
             what=f"{name} kind",
             actual=seen[f"{name} kind"],
             expected="Parameter",
@@ -391,14 +411,20 @@ def check_lora_parameter(seen: dict, name: str, shape: tuple, dtype, device, cal
         check_tensor_kind(value, expected, call=call, what=name)
     except Mismatch as error:
         hint = {
-            True: f"; {name} is {LAYOUTS[name]}",
-            False: f"; create {name} with base.weight's dtype and device (torch.empty(..., dtype=..., device=...))",
+            True: pick(f"; {name} is {LAYOUTS[name]}", f"；{name} 是 {LAYOUTS[name]}"),
+            False: pick(
+                f"; create {name} with base.weight's dtype and device (torch.empty(..., dtype=..., device=...))",
+                f"；请用 base.weight 的 dtype 和 device 创建 {name}（torch.empty(..., dtype=..., device=...)）",
+            ),
         }[value.shape != expected.shape]
         error.args = (f"{error}{hint}",)
         raise
     if not seen[f"{name} requires grad"]:
         raise Mismatch(
-            f"{call}.{name} has requires_grad=False; lora_A and lora_B are the parameters that train",
+            pick(
+                f"{call}.{name} has requires_grad=False; lora_A and lora_B are the parameters that train",
+                f"{call}.{name} 的 requires_grad=False；lora_A 和 lora_B 正是要训练的参数",
+            ),
             what=f"{name} requires grad",
             actual=False,
             expected=True,
@@ -459,7 +485,7 @@ def graph_of(module, before: torch.Tensor) -> str:
     tensor in its place (`before` is base.weight before the step)."""
     weight = module.base.weight
     fn = None if weight.grad_fn is None else type(weight.grad_fn).__name__
-    new = "" if weight is before else ", a new tensor in its place"
+    new = "" if weight is before else pick(", a new tensor in its place", "，且原位置换成了一个新张量")
     return f"requires_grad={weight.requires_grad}, grad_fn={fn}{new}"
 
 
@@ -481,15 +507,22 @@ STORY = (
     ("model(x)", "output after unmerge()"),
     ("unmerge() again", "base.weight after unmerge() twice"),
 )
+STEPS_ZH = {
+    "unmerge() on a module never merged": "未 merge 时的 unmerge()",
+    "merge() again": "再次 merge()",
+    "lora_B set to new values, train(), model(x)": "把 lora_B 设为新值、train()、model(x)",
+    "lora_B put back, eval(), unmerge()": "恢复 lora_B、eval()、unmerge()",
+    "unmerge() again": "再次 unmerge()",
+}
 
 
 def story_so_far(what: str) -> str:
     """'unmerge() on a module never merged, model(x), merge()': the steps up to `what`."""
     steps = []
     for step, observed in STORY:
-        steps += [step] if step else []
+        steps += [pick(step, STEPS_ZH.get(step))] if step else []
         if observed == what:
-            return ", ".join(steps)
+            return pick(", ", "、").join(steps)
     raise KeyError(what)
 
 
@@ -513,7 +546,10 @@ def merge_story(kata, recipe: dict, x, new_B) -> dict:
         except NotImplementedError:
             raise
         except Exception as error:  # noqa: BLE001 - judged in order, with the steps before it
-            seen["raised"] = f"model.{name}() raised {type(error).__name__}: {error}"
+            seen["raised"] = pick(
+                f"model.{name}() raised {type(error).__name__}: {error}",
+                f"model.{name}() 抛出了 {type(error).__name__}: {error}",
+            )
             return False
         return True
 

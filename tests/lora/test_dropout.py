@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from judge.language import pick
 from judge.testing.checks import Mismatch, assert_close, call_repr, describe
 from judge.testing.inputs import randn
 from judge.testing.scenarios import scenario
@@ -31,7 +32,9 @@ def dropout_case(rng) -> Case:
     alpha = rng.choice([2.0 * I, 16, I / 2])
     p = rng.choice([0.2, 0.3, 0.6, 0.7])  # never 0.5: p read as the probability of keeping shows
     return Case(
-        "dropout", {"lead": lead, "I": I, "O": I + rng.randint(1, 4), "r": I, "alpha": alpha, "bias": True, "p": p}
+        "dropout",
+        {"lead": lead, "I": I, "O": I + rng.randint(1, 4), "r": I, "alpha": alpha, "bias": True, "p": p},
+        zh="随机失活（dropout）",
     )
 
 
@@ -85,7 +88,7 @@ def check_dropout(kata, gen, case) -> None:
     """One call in train() mode on the revealing lora_A and lora_B, judged whatever mask was drawn."""
     model = build(gen, case, train=True, values=revealing_values(gen, case))
     x = far_from_zero(gen, case)
-    call = call_repr(model.name, x) + f" with dropout={case['p']}"
+    call = call_repr(model.name, x) + pick(f" with dropout={case['p']}", f"（dropout={case['p']}）")
     with SPEC.diagnosing(lambda implementation: revealed(implementation, model, x), case):
         seen = revealed(kata, model, x)
         try:
@@ -93,26 +96,36 @@ def check_dropout(kata, gen, case) -> None:
             assert_close(seen["output"], seen["expected"], call=call, what="output", tolerance=allowed)
         except Mismatch as error:
             error.args = (
-                (
+                pick(
                     f"{error}. The output is not base(x) + (dropout(x) @ lora_A.T @ lora_B.T) * scaling for any "
                     "dropout mask (expected: the nearest output that is): in train() mode the dropout zeroes "
                     "elements of x, scales the others by 1 / (1 - p), and feeds the result to the low-rank branch "
-                    "only; base(x) sees x untouched"
+                    "only; base(x) sees x untouched",
+                    f"{error}。无论用哪个 dropout 掩码，输出都不等于 base(x) + (dropout(x) @ lora_A.T @ lora_B.T) * scaling"
+                    "（期望值：满足该式且最接近的输出）：train() 模式下，dropout 把 x 的部分元素置零，其余乘以 "
+                    "1 / (1 - p)，结果只送入低秩分支；base(x) 看到的是原样的 x",
                 ),
             )
             raise
         got = seen["share dropped"]
         if abs(got - case["p"]) > 0.1:
             raise Mismatch(
-                f"{call} in train() mode zeroed {got:.1%} of the elements of x the low-rank branch sees; expected "
-                f"about p = {case['p']:.0%}" + (": the dropout is not applied in train() mode" if got == 0 else ""),
+                pick(
+                    f"{call} in train() mode zeroed {got:.1%} of the elements of x the low-rank branch sees; expected "
+                    f"about p = {case['p']:.0%}" + (": the dropout is not applied in train() mode" if got == 0 else ""),
+                    f"{call} 在 train() 模式下把低秩分支看到的 x 元素置零了 {got:.1%}；应约为 p = {case['p']:.0%}"
+                    + ("：train() 模式下没有应用 dropout" if got == 0 else ""),
+                ),
                 what="share dropped",
                 actual=got,
                 expected=case["p"],
             )
 
 
-@convention("dropout: the probability of zeroing an element of x on the LoRA branch only, in train() mode only")
+@convention(
+    "dropout: the probability of zeroing an element of x on the LoRA branch only, in train() mode only",
+    zh="train() 模式下 dropout 只把低秩分支的输入置零",
+)
 def test_in_train_mode_dropout_zeroes_inputs_of_the_low_rank_branch_only(kata, rng, gen):
     """Whatever mask is drawn: each element the branch sees is 0 or x / (1 - p), the output
     follows from it, base(x) sees x untouched, and the share of zeros is p (within 0.1)."""
@@ -137,12 +150,19 @@ def dropout_off(kata, recipe: dict, x) -> dict:
     except NotImplementedError:
         raise
     except Exception as error:  # noqa: BLE001 - judged after the eval() output
-        return seen | {"raised": f"model.merge() raised {type(error).__name__}: {error}"}
+        raised = pick(
+            f"model.merge() raised {type(error).__name__}: {error}",
+            f"model.merge() 抛出了 {type(error).__name__}: {error}",
+        )
+        return seen | {"raised": raised}
     seen["output in train() once merged"] = module.train()(x)
     return seen
 
 
-@convention("base(x) always sees x as it is, and eval() turns the dropout off.")
+@convention(
+    "base(x) always sees x as it is, and eval() turns the dropout off.",
+    zh="eval() 模式和已 merge 的模块不应用 dropout",
+)
 def test_eval_mode_and_a_merged_module_apply_no_dropout(kata, rng, gen):
     """Every case with a dropout (p > 0; 0.3 where a case has none): in eval() the formula
     without dropout; merged, in train() mode too (forward is base(x) alone)."""
@@ -162,13 +182,21 @@ def test_eval_mode_and_a_merged_module_apply_no_dropout(kata, rng, gen):
                 call = call_repr(model.name, x)
                 assert_close(seen["output in eval()"], want, call=call, what="output in eval()", tolerance=allowed)
                 if "raised" in seen:
-                    raise AssertionError(f"model = {model.name}: {seen['raised']}")
+                    raise AssertionError(
+                        pick(f"model = {model.name}: {seen['raised']}", f"model = {model.name}：{seen['raised']}")
+                    )
                 what = "output in train() once merged"
                 try:
-                    text = f"model = {model.name}, x = {describe(x)}, after merge() and train(),"
+                    text = pick(
+                        f"model = {model.name}, x = {describe(x)}, after merge() and train(),",
+                        f"model = {model.name}，x = {describe(x)}，经过 merge() 和 train() 之后",
+                    )
                     assert_close(seen[what], want, call=text, what=what, tolerance=allowed)
                 except Mismatch as error:
                     error.args = (
-                        f"{error}. Once merged, forward is base(x) alone, in train() mode too: no dropout applies",
+                        pick(
+                            f"{error}. Once merged, forward is base(x) alone, in train() mode too: no dropout applies",
+                            f"{error}。merge 之后，forward 只有 base(x)，train() 模式下也一样：不应用 dropout",
+                        ),
                     )
                     raise

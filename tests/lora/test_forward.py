@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from judge.language import pick
 from judge.testing.checks import assert_close, call_repr, check_tensor_kind, describe, judge_on_device
 from judge.testing.functions import assert_inputs_unchanged
 from judge.testing.inputs import randn
@@ -42,6 +43,13 @@ GRADIENT_HINTS = {
     "gradient of lora_B": "lora_B's gradient is scaling * grad_output.T @ (x @ lora_A.T), summed over the positions",
     "gradient of x": "x's gradient flows through both paths: grad_output @ base.weight + scaling * grad_output @ "
     "lora_B @ lora_A (the base is frozen, but it must stay in the graph: no torch.no_grad() around base(x))",
+}
+GRADIENT_HINTS_ZH = {
+    "output": "forward 本身就不对：base(x) + (x @ lora_A.T @ lora_B.T) * scaling",
+    "gradient of lora_A": "lora_A 的梯度是 scaling * (grad_output @ lora_B).T @ x，对所有位置求和",
+    "gradient of lora_B": "lora_B 的梯度是 scaling * grad_output.T @ (x @ lora_A.T)，对所有位置求和",
+    "gradient of x": "x 的梯度流经两条路径：grad_output @ base.weight + scaling * grad_output @ lora_B @ lora_A"
+    "（base 是冻结的，但必须留在计算图中：不要在 base(x) 外面套 torch.no_grad()）",
 }
 
 
@@ -88,28 +96,41 @@ def gradients_of(implementation, model: Model, x, upstream, call: str) -> dict:
     got = refused(model, differentiated(implementation, model.recipe, x, upstream))
     if not got["requires grad"]:
         raise AssertionError(
-            f"{call} returned {describe(got['output'])} that does not require grad: autograd lost track of lora_A, "
-            "lora_B and x (no torch.no_grad(), .detach() or .data inside forward)"
+            pick(
+                f"{call} returned {describe(got['output'])} that does not require grad: autograd lost track of lora_A, "
+                "lora_B and x (no torch.no_grad(), .detach() or .data inside forward)",
+                f"{call} 返回的 {describe(got['output'])} 不需要梯度：autograd 跟丢了 lora_A、lora_B 和 x"
+                "（forward 里不能有 torch.no_grad()、.detach() 或 .data）",
+            )
         )
     for name, what in zip(("lora_A", "lora_B", "x"), GRADIENTS):
         if got[what] is None:
-            raise AssertionError(f"{call}: no gradient reaches `{name}`: autograd must see every step of forward")
+            raise AssertionError(
+                pick(
+                    f"{call}: no gradient reaches `{name}`: autograd must see every step of forward",
+                    f"{call}：没有梯度到达 `{name}`：autograd 必须看到 forward 的每一步",
+                )
+            )
     return got
 
 
 def check_gradients(kata, model: Model, x, upstream, *, float64_throughout: bool = False) -> None:
     want = reference_gradients(model.reference, x, upstream)
     scales = gradient_scales(model.reference, x, upstream)
-    call = call_repr(model.name, x) + " and autograd.grad(output, [lora_A, lora_B, x], grad_output)"
+    call = call_repr(model.name, x) + pick(
+        " and autograd.grad(output, [lora_A, lora_B, x], grad_output)",
+        "，再经 autograd.grad(output, [lora_A, lora_B, x], grad_output)",
+    )
     with SPEC.diagnosing(lambda implementation: gradients_of(implementation, model, x, upstream, call), model.case):
         got = gradients_of(kata, model, x, upstream, call)
         for what, expected in want.items():
             expected = expected.to(dtype=x.dtype, device=x.device)
             allowed = tolerance(x.dtype, scales[what], float64_throughout=float64_throughout)
-            assert_close(got[what], expected, call=call, what=what, tolerance=allowed, hint=GRADIENT_HINTS[what])
+            hint = pick(GRADIENT_HINTS[what], GRADIENT_HINTS_ZH[what])
+            assert_close(got[what], expected, call=call, what=what, tolerance=allowed, hint=hint)
 
 
-@core
+@core(zh="lora_A 和 lora_B 随机时，与 base 加上缩放后的低秩更新一致")
 @dtypes(*FULL)
 def test_matches_base_plus_the_scaled_low_rank_update_with_random_lora_A_and_lora_B(kata, rng, gen, dtype, device):
     for case in without_dropout(CASES.cases(rng, edges=dtype == torch.float64)):
@@ -117,7 +138,7 @@ def test_matches_base_plus_the_scaled_low_rank_update_with_random_lora_A_and_lor
             check_forward(kata, build(gen, case, dtype, device), inputs(gen, case, dtype, device))
 
 
-@core
+@core(zh="lora_A、lora_B 和 x 的梯度与经过参考实现的 autograd 一致")
 @dtypes(*FULL)
 def test_gradients_of_lora_A_lora_B_and_x_match_autograd_through_the_reference(kata, rng, gen, dtype, device):
     """In train() mode with dropout 0, as a training step runs it."""
@@ -129,7 +150,7 @@ def test_gradients_of_lora_A_lora_B_and_x_match_autograd_through_the_reference(k
             check_gradients(kata, model, x, upstream)
 
 
-@convention("float16 and bfloat16 work.")
+@convention("float16 and bfloat16 work.", zh="半精度下可用")
 @dtypes(*HALF)
 def test_works_in_half_precision(kata, rng, gen, dtype):
     for case in without_dropout(CASES.random(rng, 2)):
@@ -137,7 +158,7 @@ def test_works_in_half_precision(kata, rng, gen, dtype):
             check_forward(kata, build(gen, case, dtype), inputs(gen, case, dtype))
 
 
-@convention(FLOAT64_RULE)
+@convention(FLOAT64_RULE, zh="float64 输入全程以 float64 计算")
 def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
     """Outputs and gradients within float64's own tolerance (8 eps of float64 per unit of scale)."""
     for index, case in enumerate(without_dropout(CASES.cases(rng, 2))):
@@ -150,7 +171,10 @@ def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
                 check_gradients(kata, model, x, upstream, float64_throughout=True)
 
 
-@convention("lora_A and lora_B have base.weight's dtype and device; the output has x's dtype and device.")
+@convention(
+    "lora_A and lora_B have base.weight's dtype and device; the output has x's dtype and device.",
+    zh="结果跟随 base 和输入所在的 device",
+)
 def test_results_follow_the_device_of_the_base_and_the_inputs(kata, other_device):
     """lora_A and lora_B made on the base's device (lora_B zero); the output on x's."""
     case = CASES.edges[0]  # fixed: a verdict on the meta stand-in must not depend on the seed
@@ -171,7 +195,10 @@ def test_results_follow_the_device_of_the_base_and_the_inputs(kata, other_device
 
     def run(device: str, check) -> None:
         model, x = made_on(device)
-        text = f"{model.name} around a base on {device}, called on x {describe(x)}"
+        text = pick(
+            f"{model.name} around a base on {device}, called on x {describe(x)}",
+            f"{model.name}（base 在 {device} 上），以 x {describe(x)} 调用",
+        )
         with SPEC.diagnosing(lambda implementation: placed_on(implementation, model, x), case):
             check(text, placed_on(kata, model, x))
 
@@ -189,7 +216,7 @@ def placed_on(implementation, model: Model, x) -> dict:
     return {"lora_A": got["lora_A"], "lora_B": got["lora_B"], "output": got.get("output")}
 
 
-@convention("x is never changed in place.")
+@convention("x is never changed in place.", zh="不修改输入")
 def test_does_not_modify_its_input(kata, rng, gen):
     """In eval() and in train() mode with dropout (no in-place dropout on x), and through a
     whole merge() and unmerge() story."""
@@ -209,7 +236,10 @@ def test_does_not_modify_its_input(kata, rng, gen):
     model = build(gen, case)
     x = inputs(gen, case)
     new_B = randn(gen, case["O"], case["r"], std=case["r"] ** -0.5)
-    text = f"model = {model.name}: model(x) between merge() and unmerge() calls"
+    text = pick(
+        f"model = {model.name}: model(x) between merge() and unmerge() calls",
+        f"model = {model.name}：在 merge() 和 unmerge() 调用之间的 model(x)",
+    )
 
     def story(implementation) -> dict:
         trace = merge_story(implementation, model.recipe, x, new_B)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from judge.language import pick
 from judge.testing.checks import Mismatch, assert_close, describe
 from judge.testing.inputs import randn
 from judge.testing.spec import dtypes
@@ -56,6 +57,27 @@ MERGE_HINTS = {
     "output after unmerge()": "after unmerge(), forward adds the low-rank branch again",
     "base.weight after unmerge() twice": "unmerge() on a module that is not merged must do nothing",
 }
+MERGE_HINTS_ZH = {
+    "base.weight after unmerge() on a module never merged": "对未 merge 的模块调用 unmerge() 必须什么都不做："
+    "记住模块是否已经 merge",
+    "output before merge()": "merge 之前，forward 是 base(x) + (dropout(x) @ lora_A.T @ lora_B.T) * scaling",
+    "base.weight after merge()": "merge() 把 scaling * lora_B @ lora_A（形状 [out_features, in_features]）"
+    "加进 base.weight",
+    "base.weight's graph after merge()": "merge() 不能记录计算图：在 torch.no_grad() 下原地完成"
+    "（不要用新的张量或 Parameter 顶替 base.weight），让 base.weight 仍是冻结的叶子",
+    "the nn.Linear passed in: its weight after merge() less model.base.weight": "保留传入的那个 nn.Linear 本身"
+    "（self.base = base），不要复制：merge() 原地修改它的权重，它的持有者才能看到",
+    "output after merge()": "merge 之后，forward 只有 base(x)：更新已经在 base.weight 里，再加一次低秩分支就算了两遍",
+    "base.weight after merge() twice": "对已 merge 的模块调用 merge() 必须什么都不做：记住它已经 merge 过",
+    "output after merge() twice": "merge 两次后，模块必须与 merge 一次后相同",
+    "output in train() after merge() and a new lora_B": "merge 之后，forward 只有 base(x)，train() 模式下也一样："
+    "lora_B 不再参与（也不应用 dropout）",
+    "base.weight after unmerge()": "unmerge() 减去 merge() 加上的同一个 scaling * lora_B @ lora_A",
+    "base.weight's graph after unmerge()": "unmerge() 不能记录计算图：在 torch.no_grad() 下原地完成"
+    "（不要用新的张量或 Parameter 顶替 base.weight）",
+    "output after unmerge()": "unmerge() 之后，forward 重新加上低秩分支",
+    "base.weight after unmerge() twice": "对未 merge 的模块调用 unmerge() 必须什么都不做",
+}
 
 
 def story(gen, case, dtype=torch.float32, device="cpu") -> tuple:
@@ -79,8 +101,12 @@ def judge_story(kata, model: Model, x, new_B, wants: dict) -> None:
         for what, want in wants.items():
             if what not in seen:
                 raise Mismatch(
-                    f"model = {model.name}, x = {describe(x)}: after {story_so_far(what)}: {seen['raised']}. "
-                    "merge() and unmerge() change base.weight in place under torch.no_grad()",
+                    pick(
+                        f"model = {model.name}, x = {describe(x)}: after {story_so_far(what)}: {seen['raised']}. "
+                        "merge() and unmerge() change base.weight in place under torch.no_grad()",
+                        f"model = {model.name}，x = {describe(x)}：经过 {story_so_far(what)} 之后：{seen['raised']}。"
+                        "merge() 和 unmerge() 应在 torch.no_grad() 下原地修改 base.weight",
+                    ),
                     what="raised",
                     actual=seen["raised"],
                     expected=None,
@@ -88,23 +114,31 @@ def judge_story(kata, model: Model, x, new_B, wants: dict) -> None:
             if isinstance(want, str):
                 if seen[what] != want:
                     raise Mismatch(
-                        f"model = {model.name}, after {story_so_far(what)}, base.weight has {seen[what]}; "
-                        f"expected {want}. {MERGE_HINTS[what]}",
+                        pick(
+                            f"model = {model.name}, after {story_so_far(what)}, base.weight has {seen[what]}; "
+                            f"expected {want}. {MERGE_HINTS[what]}",
+                            f"model = {model.name}，经过 {story_so_far(what)} 之后，base.weight 的状态是 {seen[what]}；"
+                            f"应为 {want}。{MERGE_HINTS_ZH[what]}",
+                        ),
                         what=what,
                         actual=seen[what],
                         expected=want,
                     )
                 continue
             expected, allowed = want(seen) if callable(want) else want
-            text = f"model = {model.name}, x = {describe(x)}, after {story_so_far(what)},"
-            assert_close(seen[what], expected, call=text, what=what, tolerance=allowed, hint=MERGE_HINTS[what])
+            text = pick(
+                f"model = {model.name}, x = {describe(x)}, after {story_so_far(what)},",
+                f"model = {model.name}，x = {describe(x)}，经过 {story_so_far(what)} 之后",
+            )
+            hint = pick(MERGE_HINTS[what], MERGE_HINTS_ZH[what])
+            assert_close(seen[what], expected, call=text, what=what, tolerance=allowed, hint=hint)
 
 
 def merged_weight(model: Model) -> torch.Tensor:
     return model.reference.merged_weight().to(dtype=model.dtype, device=model.device)
 
 
-@core
+@core(zh="merge() 把更新并入 base.weight，unmerge() 再把它取出")
 @dtypes(*FULL)
 def test_merge_folds_the_update_into_base_weight_and_unmerge_takes_it_out(kata, rng, gen, dtype, device):
     """Each step of the story against float64: weights and outputs within the tolerance,
@@ -135,7 +169,10 @@ def test_merge_folds_the_update_into_base_weight_and_unmerge_takes_it_out(kata, 
             judge_story(kata, model, x, new_B, wants)
 
 
-@convention("merge() and unmerge() record no graph: base.weight stays a leaf with requires_grad=False.")
+@convention(
+    "merge() and unmerge() record no graph: base.weight stays a leaf with requires_grad=False.",
+    zh="merge() 和 unmerge() 不记录计算图",
+)
 def test_merge_and_unmerge_record_no_graph(kata, rng, gen):
     """After merge() and after unmerge(), base.weight has requires_grad=False and no grad_fn."""
     for case in without_dropout(CASES.cases(rng, 1)):
@@ -145,7 +182,10 @@ def test_merge_and_unmerge_record_no_graph(kata, rng, gen):
             judge_story(kata, model, x, new_B, wants)
 
 
-@convention("self.base is the very nn.Linear passed in, not a copy (merge() changes its weight in place).")
+@convention(
+    "self.base is the very nn.Linear passed in, not a copy (merge() changes its weight in place).",
+    zh="保留传入的那个 nn.Linear 本身",
+)
 def test_keeps_the_very_nn_linear_it_is_given(kata, rng, gen):
     """By value: after merge(), the nn.Linear passed in holds exactly module.base.weight (the
     merged weight); and by the kata's word: module.base is that nn.Linear."""
@@ -168,8 +208,12 @@ def test_keeps_the_very_nn_linear_it_is_given(kata, rng, gen):
                 seen = replay(kata)
                 if seen["keeps base"] is not True:
                     raise Mismatch(
-                        f"{model.name}.base is not the nn.Linear passed in: keep the very module (self.base = "
-                        "base), not a copy: merge() changes its weight in place",
+                        pick(
+                            f"{model.name}.base is not the nn.Linear passed in: keep the very module (self.base = "
+                            "base), not a copy: merge() changes its weight in place",
+                            f"{model.name}.base 不是传入的那个 nn.Linear：请保留这个模块本身（self.base = base），"
+                            "不要复制：merge() 会原地修改它的权重",
+                        ),
                         what="keeps base",
                         actual=seen["keeps base"],
                         expected=True,

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from judge.forbidden import NONE
+from judge.language import pick
 from judge.testing import modules
 from judge.testing.checks import Mismatch, assert_close, describe
 from judge.testing.functions import FunctionKata
@@ -86,15 +87,20 @@ TOLERANCE_NOTE = (
 # above what rounding the logits to the dtype under test can move them (bfloat16's ulp at 4
 # is 0.016), so every correct implementation chooses the same experts as the reference.
 MARGINS = {torch.float64: 1e-3, torch.float32: 1e-3, torch.float16: 0.02, torch.bfloat16: 0.1}
-ASKS = (
+ASKS = pick(
     "router (nn.Linear(d_model, num_experts, bias=False)) and experts, an nn.ModuleList of num_experts "
     "distinct experts, each with gate_proj, up_proj (nn.Linear(d_model, d_ff, bias=False)) and down_proj "
-    "(nn.Linear(d_ff, d_model, bias=False))"
+    "(nn.Linear(d_ff, d_model, bias=False))",
+    "router（nn.Linear(d_model, num_experts, bias=False)）和 experts：由 num_experts 个互不相同的专家组成的 "
+    "nn.ModuleList，每个专家有 gate_proj、up_proj（nn.Linear(d_model, d_ff, bias=False)）和 down_proj"
+    "（nn.Linear(d_ff, d_model, bias=False)）",
 )
-NAN_HINT = (
+NAN_HINT = pick(
     "NaN where the reference has a number usually comes from an expert run on tokens NOT routed to it: its output "
     "there may overflow to inf, and masking it by a routing weight of 0 gives inf * 0 = NaN. Run each expert only "
-    "on the tokens routed to it"
+    "on the tokens routed to it",
+    "参考解是数值而这里是 NaN，通常是因为某个专家在没有路由给它的 token 上运行了：它在那里的输出可能溢出为 inf，"
+    "再用为 0 的路由权重去屏蔽就得到 inf * 0 = NaN。每个专家只应在路由给它的 token 上运行",
 )
 
 # --------------------------------------------------------------------------- the reference
@@ -176,7 +182,10 @@ def outputs(result, call, kwargs) -> dict:
     """The learner's (y, router_logits), router_logits first: the routing is upstream of y."""
     if not isinstance(result, (tuple, list)) or len(result) != 2:
         raise AssertionError(
-            f"{call} returned {describe(result)}; expected a pair (y [B, T, C], router_logits [B*T, num_experts])"
+            pick(
+                f"{call} returned {describe(result)}; expected a pair (y [B, T, C], router_logits [B*T, num_experts])",
+                f"{call} 返回了 {describe(result)}；应返回一对 (y [B, T, C], router_logits [B*T, num_experts])",
+            )
         )
     return {"router_logits": result[1], "y": result[0]}
 
@@ -207,13 +216,40 @@ MOE = ModuleKata(
 # B batch, T length, C = d_model, F = d_ff, E = num_experts, k = top_k.
 
 EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
-    edge("top 2 of 5 experts, odd sizes", B=2, T=7, C=6, F=11, E=5, k=2),
-    edge("top_k 1: the one chosen expert gets weight 1", B=3, T=4, C=5, F=9, E=4, k=1),
-    edge("3 of 8 experts per token", B=3, T=9, C=10, F=13, E=8, k=3),
-    edge("top_k = num_experts: every token goes to every expert", B=2, T=3, C=4, F=7, E=3, k=3),
-    edge("2 tokens, 7 experts: at least 3 experts get no token", B=1, T=2, C=5, F=9, E=7, k=2),
-    edge("one token", B=1, T=1, C=8, F=5, E=4, k=2),
-    edge("one expert", B=2, T=5, C=3, F=6, E=1, k=1),
+    edge("top 2 of 5 experts, odd sizes", "5 个专家中选前 2 个，奇数尺寸", B=2, T=7, C=6, F=11, E=5, k=2),
+    edge(
+        "top_k 1: the one chosen expert gets weight 1",
+        "top_k 为 1：唯一选中的专家权重为 1",
+        B=3,
+        T=4,
+        C=5,
+        F=9,
+        E=4,
+        k=1,
+    ),
+    edge("3 of 8 experts per token", "每个 token 从 8 个专家中选 3 个", B=3, T=9, C=10, F=13, E=8, k=3),
+    edge(
+        "top_k = num_experts: every token goes to every expert",
+        "top_k = num_experts：每个 token 都送到每个专家",
+        B=2,
+        T=3,
+        C=4,
+        F=7,
+        E=3,
+        k=3,
+    ),
+    edge(
+        "2 tokens, 7 experts: at least 3 experts get no token",
+        "2 个 token，7 个专家：至少 3 个专家分不到 token",
+        B=1,
+        T=2,
+        C=5,
+        F=9,
+        E=7,
+        k=2,
+    ),
+    edge("one token", "一个 token", B=1, T=1, C=8, F=5, E=4, k=2),
+    edge("one expert", "一个专家", B=2, T=5, C=3, F=6, E=1, k=1),
 )
 
 
@@ -263,9 +299,11 @@ def with_shared_hint(kata, built: modules.Built, error: AssertionError) -> None:
     if shared:
         i, j = shared[0]
         error.args = (
-            (
+            pick(
                 f"{error}; experts[{i}] and experts[{j}] are the same module: nn.ModuleList([Expert(...)] * n) "
-                "repeats ONE expert n times; build a new Expert for each of the num_experts slots"
+                "repeats ONE expert n times; build a new Expert for each of the num_experts slots",
+                f"{error}；experts[{i}] 和 experts[{j}] 是同一个模块：nn.ModuleList([Expert(...)] * n) "
+                "把同一个专家重复了 n 次；应为 num_experts 个位置各新建一个 Expert",
             ),
         )
 
@@ -283,13 +321,25 @@ def check(kata, built: modules.Built, x: torch.Tensor, *, float64_throughout: bo
 # N tokens, E = num_experts, k = top_k.
 
 LOSS_EDGES = (
-    edge("13 tokens, top 2 of 5 experts", N=13, E=5, k=2),
-    edge("3 of 8 experts per token", N=11, E=8, k=3),
-    edge("top_k 1", N=9, E=6, k=1),
-    edge("top_k = num_experts: every expert chosen by every token, the loss is num_experts", N=6, E=4, k=4),
-    edge("2 tokens, 7 experts: at least 3 experts chosen by none", N=2, E=7, k=2),
-    edge("one token", N=1, E=4, k=2),
-    edge("one expert: the loss is 1", N=5, E=1, k=1),
+    edge("13 tokens, top 2 of 5 experts", "13 个 token，5 个专家中选前 2 个", N=13, E=5, k=2),
+    edge("3 of 8 experts per token", "每个 token 从 8 个专家中选 3 个", N=11, E=8, k=3),
+    edge("top_k 1", "top_k 为 1", N=9, E=6, k=1),
+    edge(
+        "top_k = num_experts: every expert chosen by every token, the loss is num_experts",
+        "top_k = num_experts：每个专家都被每个 token 选中，损失等于 num_experts",
+        N=6,
+        E=4,
+        k=4,
+    ),
+    edge(
+        "2 tokens, 7 experts: at least 3 experts chosen by none",
+        "2 个 token，7 个专家：至少 3 个专家没被任何 token 选中",
+        N=2,
+        E=7,
+        k=2,
+    ),
+    edge("one token", "一个 token", N=1, E=4, k=2),
+    edge("one expert: the loss is 1", "一个专家：损失为 1", N=5, E=1, k=1),
 )
 
 

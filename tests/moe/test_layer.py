@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from judge.language import pick
 from judge.testing import modules
 from judge.testing.checks import assert_close, call_repr
 from judge.testing.diagnosis import diagnosing
@@ -57,9 +58,14 @@ def learner_gradients(implementation, built, x, grad_y, grad_logits, call: str) 
     if "result" in got:
         outputs(got["result"], call, {})
     if "lost" in got:
-        raise AssertionError(f"{call}: {got['lost']} does not require grad; autograd lost track of x")
+        raise AssertionError(
+            pick(
+                f"{call}: {got['lost']} does not require grad; autograd lost track of x",
+                f"{call}：{got['lost']} 不需要梯度（requires_grad=False）；autograd 跟丢了 x",
+            )
+        )
     if got["grads"]["gradient of x"] is None:
-        raise AssertionError(f"{call}: no gradient reached x")
+        raise AssertionError(pick(f"{call}: no gradient reached x", f"{call}：没有梯度到达 x"))
     return got["grads"]
 
 
@@ -88,11 +94,14 @@ def check_gradients(kata, gen, case, *, float64_throughout: bool = False) -> Non
             raise
         for what, value in want.items():
             if what not in got:
-                raise AssertionError(f"{call}: the module has no parameter {what.removeprefix('gradient of ')}")
+                name = what.removeprefix("gradient of ")
+                raise AssertionError(
+                    pick(f"{call}: the module has no parameter {name}", f"{call}：模块没有参数 {name}")
+                )
             assert_close(got[what], value, call=call, what=what, tolerance=tolerance)
 
 
-@core
+@core(zh="与前 top_k 个专家的稠密混合一致")
 @dtypes(*FULL)
 def test_matches_a_dense_mixture_of_the_top_k_experts(kata, rng, gen, dtype, device):
     """y and router_logits against every expert run on every token, weighted by the
@@ -103,7 +112,7 @@ def test_matches_a_dense_mixture_of_the_top_k_experts(kata, rng, gen, dtype, dev
             check(kata, built, inputs(gen, built, case, dtype, device))
 
 
-@core
+@core(zh="梯度到达 x、router 和被选中的专家")
 def test_gradients_reach_x_the_router_and_the_chosen_experts(kata, rng, gen):
     """Autograd through the layer in float64 (random upstream gradients for y and router_logits)
     against autograd through the dense reference: x and every parameter. The router learns
@@ -113,41 +122,49 @@ def test_gradients_reach_x_the_router_and_the_chosen_experts(kata, rng, gen):
             check_gradients(kata, gen, case)
 
 
-@core
+@core(zh="有一个 router 和 num_experts 个互不相同的 SwiGLU 专家")
 def test_has_a_router_and_num_experts_distinct_swiglu_experts(kata, rng, gen):
     """router.weight [E, C] and experts.{e}.gate_proj/up_proj.weight [d_ff, C],
     experts.{e}.down_proj.weight [C, d_ff], every expert its own module: no biases."""
-    case = Case("random draw", CASES.draw(rng, 2)[1])
+    case = Case("random draw", CASES.draw(rng, 2)[1], zh="随机抽取")
     with case.judged():
         built = build(gen, case)
         check(kata, built, inputs(gen, built, case))
 
 
-@convention("top_k defaults to 2: MoELayer(d_model, d_ff, num_experts) routes each token to 2 experts.")
+@convention(
+    "top_k defaults to 2: MoELayer(d_model, d_ff, num_experts) routes each token to 2 experts.", zh="top_k 默认为 2"
+)
 def test_top_k_defaults_to_2(kata, rng, gen):
     """MoELayer(d_model, d_ff, num_experts) routes each token to its 2 largest experts."""
-    case = Case("random draw", CASES.draw(rng, 1)[0]) | {"k": 2}
+    case = Case("random draw", CASES.draw(rng, 1)[0], zh="随机抽取") | {"k": 2}
     with case.judged():
         built = build(gen, case, default_top_k=True)
         check(kata, built, inputs(gen, built, case))
 
 
-@convention("raise ValueError unless 1 <= top_k <= num_experts.")
+@convention(
+    "raise ValueError unless 1 <= top_k <= num_experts.", zh="top_k 不在 1 到 num_experts 之间时抛出 ValueError"
+)
 def test_top_k_outside_1_to_num_experts_raises_value_error(kata, rng):
     """top_k 0 and top_k num_experts + 1 are refused when the layer is built."""
     E = rng.randint(2, 6)
-    for top_k, reason in ((0, "every token needs at least one expert"), (E + 1, f"only {E} experts to choose")):
+    reasons = (
+        (0, pick("every token needs at least one expert", "每个 token 至少需要一个专家")),
+        (E + 1, pick(f"only {E} experts to choose", f"只有 {E} 个专家可选")),
+    )
+    for top_k, reason in reasons:
         modules.check_raises(
             MOE,
             kata,
             {"d_model": 6, "d_ff": 10, "num_experts": E},
             {"top_k": top_k},
             expected=ValueError,
-            reason=f"1 <= top_k <= num_experts: {reason}",
+            reason=pick(f"1 <= top_k <= num_experts: {reason}", f"1 <= top_k <= num_experts：{reason}"),
         )
 
 
-@convention("results follow the inputs' device: y and router_logits on x's.")
+@convention("results follow the inputs' device: y and router_logits on x's.", zh="结果与输入在同一 device 上")
 def test_results_follow_the_device_of_the_inputs(kata, other_device):
     """On a GPU judged in full. On "meta" (no GPU) only as far as the layer runs there: which
     tokens go to which expert is data, which "meta" lacks, so a sparse layer stops at its
@@ -163,9 +180,9 @@ def test_results_follow_the_device_of_the_inputs(kata, other_device):
     modules.check_on_device(MOE, kata, case, {}, other_device, make)
 
 
-@convention("x is not modified.")
+@convention("x is not modified.", zh="不修改输入")
 def test_does_not_modify_its_input(kata, rng, gen):
-    case = Case("random draw", CASES.draw(rng, 1)[0])
+    case = Case("random draw", CASES.draw(rng, 1)[0], zh="随机抽取")
     with case.judged():
         built = build(gen, case)
         modules.assert_inputs_left_alone(MOE, kata, built, {"x": inputs(gen, built, case)})

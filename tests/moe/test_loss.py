@@ -25,7 +25,7 @@ from .common import (
 )
 
 
-@core
+@core(zh="load_balancing_loss 与 Hugging Face 的公式一致")
 @dtypes(*FULL)
 def test_load_balancing_loss_matches_hugging_faces_formula(kata, rng, gen, dtype, device):
     """num_experts * sum over j, e of f[j, e] * P[e]: f[j, e] the fraction of tokens whose j-th
@@ -35,7 +35,7 @@ def test_load_balancing_loss_matches_hugging_faces_formula(kata, rng, gen, dtype
             check_loss(kata, case, make_logits(gen, case, dtype, device))
 
 
-@core
+@core(zh="load_balancing_loss 的梯度经 P 流到 router_logits")
 def test_load_balancing_loss_gradient_flows_to_router_logits_through_p(kata, rng, gen):
     """Autograd through the loss in float64 against autograd through Hugging Face's formula: the
     counts f carry no gradient, the mean probabilities P do."""
@@ -45,7 +45,10 @@ def test_load_balancing_loss_gradient_flows_to_router_logits_through_p(kata, rng
             check_loss_gradient(kata, case, logits, float(randn(gen, 1, dtype=torch.float64)))
 
 
-@convention("load_balancing_loss raises ValueError unless 1 <= top_k <= num_experts.")
+@convention(
+    "load_balancing_loss raises ValueError unless 1 <= top_k <= num_experts.",
+    zh="除非 1 <= top_k <= num_experts，否则 load_balancing_loss 抛出 ValueError",
+)
 def test_load_balancing_loss_raises_value_error_unless_1_le_top_k_le_num_experts(kata, rng, gen):
     E = rng.randint(2, 6)
     logits = make_logits(gen, {"N": 5, "E": E, "k": 1})
@@ -53,7 +56,10 @@ def test_load_balancing_loss_raises_value_error_unless_1_le_top_k_le_num_experts
         LOSS.assert_raises(kata, ValueError, logits, E, top_k, reason="1 <= top_k <= num_experts", symbol=LOSS_SYMBOL)
 
 
-@convention("the loss is returned in router_logits' dtype (float16 and bfloat16 included), on its device.")
+@convention(
+    "the loss is returned in router_logits' dtype (float16 and bfloat16 included), on its device.",
+    zh="load_balancing_loss 与 router_logits 在同一 device 上",
+)
 def test_load_balancing_loss_follows_the_device_of_router_logits(kata, other_device):
     """Counts and means made inside the loss must be made on router_logits' device."""
     for case in LOSS_CASES.edges[:2]:  # fixed: a verdict on the meta stand-in must not depend on the seed
@@ -75,7 +81,7 @@ def test_load_balancing_loss_follows_the_device_of_router_logits(kata, other_dev
             )
 
 
-@convention("router_logits is not modified.")
+@convention("router_logits is not modified.", zh="load_balancing_loss 不修改 router_logits")
 def test_load_balancing_loss_does_not_modify_router_logits(kata, rng, gen):
     for case in LOSS_CASES.random(rng, 2):
         with case.judged():

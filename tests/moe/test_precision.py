@@ -14,7 +14,9 @@ from .common import CASES, HALF, LOSS_CASES, SPEC, build, check, check_loss, che
 from .test_layer import check_gradients
 
 
-@convention("float16 and bfloat16 work: the routing softmax in float32, y and router_logits in x's dtype.")
+@convention(
+    "float16 and bfloat16 work: the routing softmax in float32, y and router_logits in x's dtype.", zh="半精度下可用"
+)
 @dtypes(*HALF)
 def test_works_in_half_precision(kata, rng, gen, dtype):
     for case in CASES.random(rng, 2):
@@ -23,7 +25,9 @@ def test_works_in_half_precision(kata, rng, gen, dtype):
             check(kata, built, inputs(gen, built, case, dtype))
 
 
-@convention("the loss is returned in router_logits' dtype (float16 and bfloat16 included)")
+@convention(
+    "the loss is returned in router_logits' dtype (float16 and bfloat16 included)", zh="半精度下的 load_balancing_loss"
+)
 @dtypes(*HALF)
 def test_load_balancing_loss_in_half_precision(kata, rng, gen, dtype):
     """float16 and bfloat16 logits: the softmax in float32, the loss rounded to their dtype."""
@@ -32,7 +36,7 @@ def test_load_balancing_loss_in_half_precision(kata, rng, gen, dtype):
             check_loss(kata, case, make_logits(gen, case, dtype))
 
 
-@convention(FLOAT64_RULE)
+@convention(FLOAT64_RULE, zh="float64 输入全程以 float64 计算")
 def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
     """y, router_logits, the gradients, the loss and its gradient within float64's own tolerances."""
     for index, case in enumerate(CASES.cases(rng, 2)):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from judge.language import pick
 from judge.testing import modules
 from judge.testing.checks import Mismatch, call_repr, describe
 from judge.testing.diagnosis import diagnosing
@@ -90,7 +91,7 @@ def overflow_cases(rng) -> list:
     return [c for c in CASES.cases(rng) if c["k"] < c["E"] and c["B"] * c["T"] >= 2 and c["C"] >= 3]
 
 
-@core
+@core(zh="专家从不在未路由给它的 token 上运行")
 @dtypes(*FULL)
 def test_an_expert_never_runs_on_tokens_not_routed_to_it(kata, rng, gen, dtype, device):
     """One expert overflows (inf) on exactly the tokens not routed to it: y must still be the
@@ -138,7 +139,10 @@ def counted(implementation, built, x, call: str) -> dict:
     got = modules.built_module(MOE, built, rows_per_expert(implementation, built.recipe, x))
     if "no experts" in got:
         raise AssertionError(
-            f"{call}: the module's `experts` is {got['no experts']}, no nn.ModuleList; the kata asks for {ASKS}"
+            pick(
+                f"{call}: the module's `experts` is {got['no experts']}, no nn.ModuleList; the kata asks for {ASKS}",
+                f"{call}：模块的 `experts` 是 {got['no experts']}，不是 nn.ModuleList；题目要求 {ASKS}",
+            )
         )
     return got
 
@@ -151,31 +155,40 @@ def check_sparse(kata, built, case, x) -> None:
         got = counted(kata, built, x, call)["rows per expert"]
         if torch.equal(got, want):
             return
-        shown = (
-            f"expected {want.tolist()} (the tokens whose top_k = {k} choices include each expert, {N * k} rows in all)"
+        shown = pick(
+            f"expected {want.tolist()} (the tokens whose top_k = {k} choices include each expert, {N * k} rows in all)",
+            f"应为 {want.tolist()}（每个专家收到的是 top_k = {k} 个选择中包含它的 token，共 {N * k} 行）",
         )
         if not got.any():
-            message = (
+            message = pick(
                 f"{call} never called an expert module (rows per expert {got.tolist()}); call each expert as a "
                 f"module, self.experts[e](rows), on the rows routed to it: the grader counts the rows each receives; "
-                + shown
+                + shown,
+                f"{call} 从未调用任何专家模块（各专家收到的行数 {got.tolist()}）；请把每个专家当作模块调用，"
+                f"self.experts[e](rows)，只传入路由给它的行：评测器统计每个专家收到的行数；" + shown,
             )
         elif bool((got == N).all()):
-            message = (
+            message = pick(
                 f"{call} ran every expert on all {N} tokens (rows per expert {got.tolist()}): a dense mixture. "
                 "A sparse MoE runs each expert only on the tokens routed to it, so each token passes through "
                 f"exactly top_k experts; {shown}. Gather each expert's tokens (e.g. torch.where(selected == e)), "
-                "call self.experts[e] on those rows only, and add the weighted outputs back at those rows (index_add)"
+                "call self.experts[e] on those rows only, and add the weighted outputs back at those rows (index_add)",
+                f"{call} 让每个专家都在全部 {N} 个 token 上运行（各专家收到的行数 {got.tolist()}）：这是稠密混合。"
+                "稀疏 MoE 只在路由给某个专家的 token 上运行该专家，因此每个 token 恰好经过 top_k 个专家；"
+                f"{shown}。先收集每个专家的 token（例如 torch.where(selected == e)），只在这些行上调用 "
+                "self.experts[e]，再把加权后的输出加回这些行（index_add）",
             )
         else:
-            message = (
+            message = pick(
                 f"{call} sent {got.tolist()} rows to the experts ({int(got.sum())} in all); {shown}: each token "
-                "goes to exactly its top_k experts, each expert called only on the tokens that chose it"
+                "goes to exactly its top_k experts, each expert called only on the tokens that chose it",
+                f"{call} 发给各专家的行数是 {got.tolist()}（共 {int(got.sum())} 行）；{shown}：每个 token "
+                "恰好送到它的 top_k 个专家，每个专家只在选择了它的 token 上调用",
             )
         raise Mismatch(message, what="rows per expert", actual=got, expected=want)
 
 
-@core
+@core(zh="每个专家只在路由给它的 token 上运行")
 def test_each_expert_runs_only_on_the_tokens_routed_to_it(kata, rng, gen):
     """Forward hooks on experts[e] count the rows each receives: exactly the tokens that chose
     e, N * top_k in all; an expert no token chose may be skipped or called on 0 rows."""

@@ -29,7 +29,7 @@ from .common import (
 )
 
 
-@convention(FLOAT64_RULE)
+@convention(FLOAT64_RULE, zh="float64 输入全程用 float64 计算")
 def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
     """gae's results, ppo_clip_loss's and its gradients, held to float64's own tolerance."""
     for index, case in enumerate(CASES.cases(rng, 2)):
@@ -53,7 +53,7 @@ def fixed_batch(dtype, device) -> dict:
     return make_batch(torch.Generator().manual_seed(0), CASES.edges[0], dtype, device, mask_as=FORMS[dtype])
 
 
-@convention("both results are on the inputs' device.")
+@convention("both results are on the inputs' device.", zh="gae 的结果跟随输入所在的设备")
 def test_gae_results_follow_the_device_of_the_inputs(kata, other_device):
     """On a GPU, the values too; on "meta" (no GPU) the kinds of the results only."""
     for dtype in FULL:
@@ -72,7 +72,7 @@ def test_gae_results_follow_the_device_of_the_inputs(kata, other_device):
         )
 
 
-@convention("the three results are on the inputs' device.")
+@convention("the three results are on the inputs' device.", zh="ppo_clip_loss 的结果跟随输入所在的设备")
 def test_ppo_clip_loss_results_follow_the_device_of_the_inputs(kata, other_device):
     """On a GPU, the values too; on "meta" (no GPU) the kinds of the results only."""
     for dtype in FULL:
@@ -94,7 +94,7 @@ def test_ppo_clip_loss_results_follow_the_device_of_the_inputs(kata, other_devic
         )
 
 
-@convention("the inputs are never modified.")
+@convention("the inputs are never modified.", zh="不修改输入")
 def test_does_not_modify_its_inputs(kata, rng, gen):
     """Every dtype, dones and the mask as bool and as floats, where a kata may convert in place."""
     case = CASES.random(rng)[0]

@@ -2,6 +2,7 @@
 
 import torch
 
+from judge.language import pick
 from judge.testing.checks import Mismatch, check_tensor_kind
 from judge.testing.spec import dtypes
 from judge.testing.tiers import convention, core
@@ -23,7 +24,7 @@ from .common import (
 )
 
 
-@core
+@core(zh="在中途结束的回合上，gae 与 Python 循环一致")
 @dtypes(*FULL)
 def test_gae_matches_a_python_loop_on_episodes_that_end_mid_sequence(kata, rng, gen, dtype, device):
     """dones as bool and as 0/1 floats: several episode ends per row, at t = 0 and t = T - 1 included."""
@@ -33,7 +34,7 @@ def test_gae_matches_a_python_loop_on_episodes_that_end_mid_sequence(kata, rng, 
                 check_gae(kata, make_rollout(gen, case, dtype, device, dones_as=dones_as))
 
 
-@core
+@core(zh="gae 的默认值为 gamma 0.99、lam 0.95")
 def test_gae_defaults_are_gamma_0_99_and_lam_0_95(kata, rng, gen):
     for case in CASES.random(rng, 2):
         with case.judged():
@@ -43,7 +44,10 @@ def test_gae_defaults_are_gamma_0_99_and_lam_0_95(kata, rng, gen):
             check_gae(kata, args)
 
 
-@convention("float16 and bfloat16 inputs are computed in float32 and the results cast back to their dtype.")
+@convention(
+    "float16 and bfloat16 inputs are computed in float32 and the results cast back to their dtype.",
+    zh="半精度下 gae 用 float32 计算，再把结果转换回原 dtype",
+)
 @dtypes(*HALF)
 def test_gae_in_half_precision_is_computed_in_float32_and_cast_back(kata, rng, gen, dtype):
     for index, case in enumerate(CASES.cases(rng)):
@@ -60,7 +64,10 @@ def graph_of(implementation, positional: tuple, keywords: dict, text: str) -> di
     }
 
 
-@convention("no graph: advantages and returns are targets, not something to differentiate through.")
+@convention(
+    "no graph: advantages and returns are targets, not something to differentiate through.",
+    zh="即使输入需要梯度，gae 也不记录计算图",
+)
 @dtypes(*FULL)
 def test_gae_records_no_graph_even_when_its_inputs_require_grad(kata, rng, gen, dtype):
     """Advantages and returns are targets: with rewards, values and last_value requiring
@@ -70,7 +77,7 @@ def test_gae_records_no_graph_even_when_its_inputs_require_grad(kata, rng, gen, 
             args = make_rollout(gen, case, dtype, dones_as=rng.choice(("bool", "float")))
             want, scale = gae_reference(**args)
             positional, keywords = gae_split(args)
-            text = PPO.text("gae", positional, keywords) + " with inputs that require grad"
+            text = PPO.text("gae", positional, keywords) + pick(" with inputs that require grad", "（输入需要梯度）")
 
             def replay(implementation, positional=positional, keywords=keywords, text=text) -> dict:
                 return graph_of(implementation, positional, keywords, text)
@@ -82,9 +89,14 @@ def test_gae_records_no_graph_even_when_its_inputs_require_grad(kata, rng, gen, 
                     check_tensor_kind(outputs[name], want[name], call=text, what=name)
                     if got["graph"][index] is not None:
                         raise Mismatch(
-                            f"{text} returned {name} that record an autograd graph "
-                            f"(requires_grad=True, grad_fn={got['graph'][index]}): advantages and "
-                            "returns are targets, computed without recording a graph (torch.no_grad() or .detach())",
+                            pick(
+                                f"{text} returned {name} that record an autograd graph "
+                                f"(requires_grad=True, grad_fn={got['graph'][index]}): advantages and returns are "
+                                "targets, computed without recording a graph (torch.no_grad() or .detach())",
+                                f"{text} 返回的 {name} 记录了 autograd 计算图"
+                                f"（requires_grad=True，grad_fn={got['graph'][index]}）：advantages 和 returns "
+                                "是目标值，计算时不应记录计算图（torch.no_grad() 或 .detach()）",
+                            ),
                             what=f"whether {name} record a graph",
                             actual=True,
                             expected=False,

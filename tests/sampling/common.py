@@ -42,6 +42,7 @@ from __future__ import annotations
 import torch
 
 from judge.forbidden import NONE
+from judge.language import pick
 from judge.testing.checks import (
     Mismatch,
     assert_close,
@@ -92,6 +93,7 @@ EDGES = (  # the most telling first: the first failure shown is the first edge c
     # the crossing token and top-k's off-by-ones all show here, each differently
     edge(
         "top-k then top-p, both biting, temperature 1.6",
+        "先 top-k 再 top-p，两者都起作用，temperature 1.6",
         lead=[32],
         V=12,
         temperature=1.6,
@@ -100,9 +102,20 @@ EDGES = (  # the most telling first: the first failure shown is the first edge c
         min_keep=1,
         banned=0,
     ),
-    edge("top_k = 1 keeps the argmax alone", lead=[5], V=9, temperature=0.8, top_k=1, top_p=1.0, min_keep=1, banned=0),
+    edge(
+        "top_k = 1 keeps the argmax alone",
+        "top_k = 1 只保留 argmax",
+        lead=[5],
+        V=9,
+        temperature=0.8,
+        top_k=1,
+        top_p=1.0,
+        min_keep=1,
+        banned=0,
+    ),
     edge(
         "top_p halfway between two tokens' cumulative mass: the crossing token stays",
+        "top_p 落在两个 token 的累积概率之间：越过 top_p 的那个 token 保留",
         lead=[],
         V=7,
         temperature=0.9,
@@ -113,6 +126,7 @@ EDGES = (  # the most telling first: the first failure shown is the first edge c
     ),
     edge(
         "min_tokens_to_keep = 3 outvotes top_k = 1 and top_p = 0.2",
+        "min_tokens_to_keep = 3 优先于 top_k = 1 和 top_p = 0.2",
         lead=[4],
         V=10,
         temperature=0.7,
@@ -123,6 +137,7 @@ EDGES = (  # the most telling first: the first failure shown is the first edge c
     ),
     edge(
         "three tokens already -inf per row, top_k past the finite ones",
+        "每行已有三个 token 为 -inf，top_k 超过有限值 token 的个数",
         lead=[4],
         V=8,
         temperature=1.2,
@@ -131,10 +146,21 @@ EDGES = (  # the most telling first: the first failure shown is the first edge c
         min_keep=1,
         banned=3,
     ),
-    edge("top_k > V keeps every token", lead=[3], V=6, temperature=1.3, top_k=9, top_p=1.0, min_keep=1, banned=0),
-    edge("V = 1", lead=[3], V=1, temperature=0.7, top_k=1, top_p=0.5, min_keep=1, banned=0),
+    edge(
+        "top_k > V keeps every token",
+        "top_k > V 时保留所有 token",
+        lead=[3],
+        V=6,
+        temperature=1.3,
+        top_k=9,
+        top_p=1.0,
+        min_keep=1,
+        banned=0,
+    ),
+    edge("V = 1", "V = 1（只有一个 token）", lead=[3], V=1, temperature=0.7, top_k=1, top_p=0.5, min_keep=1, banned=0),
     edge(
         "[V] alone, top_k = 0 and top_p = 1.0: the temperature only",
+        "只有 [V]，top_k = 0 且 top_p = 1.0：只有 temperature 起作用",
         lead=[],
         V=11,
         temperature=2.5,
@@ -145,6 +171,7 @@ EDGES = (  # the most telling first: the first failure shown is the first edge c
     ),
     edge(
         "[A, B, V], min_tokens_to_keep = 2",
+        "形状为 [A, B, V]，min_tokens_to_keep = 2",
         lead=[2, 3],
         V=13,
         temperature=0.8,
@@ -356,25 +383,40 @@ def _row_story(got_kept, want_kept, info, row, kwargs) -> str:
     got = [j for j in order if got_kept[row][j]]
     want = [j for j in order if want_kept[row][j]]
     wrong = next(j for j in order if bool(got_kept[row][j]) != bool(want_kept[row][j]))
-    where = "the row" if not row else f"row {row[0]}" if len(row) == 1 else f"row {row}"
+    where = (
+        pick("the row", "该行")
+        if not row
+        else pick(f"row {row[0]}", f"第 {row[0]} 行")
+        if len(row) == 1
+        else pick(f"row {row}", f"行 {row}")
+    )
 
     def listed(tokens):
         return f"{tokens[:12]}{' ...' if len(tokens) > 12 else ''}"
 
-    text = (
+    text = pick(
         f"in {where} it kept {len(got)} token{'s' * (len(got) != 1)}, expected {len(want)}; "
         f"tokens from the most likely down: kept {listed(got)}, expected {listed(want)}. "
-        f"Token {wrong} (rank {int(rank[wrong])}, 0 = the most likely"
+        f"Token {wrong} (rank {int(rank[wrong])}, 0 = the most likely",
+        f"在{where}中保留了 {len(got)} 个 token，应为 {len(want)} 个；"
+        f"按可能性从高到低：保留了 {listed(got)}，应为 {listed(want)}。"
+        f"token {wrong}（排名 {int(rank[wrong])}，0 = 最可能",
     )
     if kwargs.get("top_p", 1.0) < 1.0:
-        text += (
+        text += pick(
             f"; probability {float(info['probs'][row][wrong]):.4g} after temperature and top-k, "
-            f"{float(info['before'][row][wrong]):.4g} on the tokens above it, top_p = {kwargs['top_p']:g}"
+            f"{float(info['before'][row][wrong]):.4g} on the tokens above it, top_p = {kwargs['top_p']:g}",
+            f"；经过 temperature 和 top-k 后概率为 {float(info['probs'][row][wrong]):.4g}，"
+            f"排在它前面的 token 概率之和为 {float(info['before'][row][wrong]):.4g}，top_p = {kwargs['top_p']:g}",
         )
     if int(rank[wrong]) < kwargs.get("min_tokens_to_keep", 1):
-        text += f"; among the min_tokens_to_keep = {kwargs['min_tokens_to_keep']} most likely, which always stay"
-    verdict = "kept but should be removed (-inf)" if got_kept[row][wrong] else "removed but should be kept"
-    return f"{text}) was {verdict}"
+        text += pick(
+            f"; among the min_tokens_to_keep = {kwargs['min_tokens_to_keep']} most likely, which always stay",
+            f"；它属于最可能的 min_tokens_to_keep = {kwargs['min_tokens_to_keep']} 个 token，这些总要保留",
+        )
+    if got_kept[row][wrong]:
+        return pick(f"{text}) was kept but should be removed (-inf)", f"{text}）被保留了，但应被移除（-inf）")
+    return pick(f"{text}) was removed but should be kept", f"{text}）被移除了，但应被保留")
 
 
 def check_kept(got, want, info, *, call, kwargs) -> None:
@@ -384,9 +426,10 @@ def check_kept(got, want, info, *, call, kwargs) -> None:
         return
     rows = (got_kept != want_kept).any(-1)
     first = tuple(int(i) for i in rows.nonzero()[0]) if rows.dim() else ()
-    message = (
-        f"{call} kept the wrong tokens in {int(rows.sum())} of {rows.numel()} rows: "
-        f"{_row_story(got_kept, want_kept, info, first, kwargs)}"
+    story = _row_story(got_kept, want_kept, info, first, kwargs)
+    message = pick(
+        f"{call} kept the wrong tokens in {int(rows.sum())} of {rows.numel()} rows: {story}",
+        f"{call} 在 {rows.numel()} 行中有 {int(rows.sum())} 行保留的 token 不对：{story}",
     )
     raise Mismatch(message, what="kept tokens", actual=got_kept, expected=want_kept)
 
@@ -465,16 +508,28 @@ def check_never_draws_a_removed_token(kata, gen, rng, dtype) -> None:
         if ((tokens < 0) | (tokens >= V)).any():
             row = int(((tokens < 0) | (tokens >= V)).nonzero()[0])
             raise AssertionError(
-                f"{call} returned token {int(tokens[row])} in row {row}: ids run from 0 to V - 1 = {V - 1}"
+                pick(
+                    f"{call} returned token {int(tokens[row])} in row {row}: ids run from 0 to V - 1 = {V - 1}",
+                    f"{call} 在第 {row} 行返回了 token {int(tokens[row])}：token id 的范围是 0 到 V - 1 = {V - 1}",
+                )
             )
         bad = ~allowed.gather(-1, tokens[:, None]).squeeze(-1)
         if bad.any():
             row = int(bad.nonzero()[0])
             token = int(tokens[row])
-            why = "it is -inf in the logits" if logits[row, token] == NEG_INF else "top-k or top-p removes it"
+            why = (
+                pick("it is -inf in the logits", "它在 logits 中是 -inf")
+                if logits[row, token] == NEG_INF
+                else pick("top-k or top-p removes it", "它会被 top-k 或 top-p 移除")
+            )
+            may = allowed[row].nonzero().flatten().tolist()
             raise AssertionError(
-                f"{call} drew a removed token in {int(bad.sum())} of {len(tokens)} rows; first row {row}: "
-                f"token {token}, but {why}; the tokens it may draw there: {allowed[row].nonzero().flatten().tolist()}"
+                pick(
+                    f"{call} drew a removed token in {int(bad.sum())} of {len(tokens)} rows; first row {row}: "
+                    f"token {token}, but {why}; the tokens it may draw there: {may}",
+                    f"{call} 在 {len(tokens)} 行中有 {int(bad.sum())} 行抽到了已被移除的 token；第一个在第 {row} 行："
+                    f"token {token}，但{why}；该行可以抽到的 token：{may}",
+                )
             )
         return {}
 
@@ -490,9 +545,19 @@ def assert_sampling_raises(kata, logits, kwargs: dict, *, reason: str) -> None:
     def check(implementation) -> dict:
         got = sampling_raised(implementation, logits, 0, kwargs)
         if "returned" in got:
-            raise AssertionError(f"{text} returned {describe(got['returned'])}; expected ValueError ({reason})")
+            raise AssertionError(
+                pick(
+                    f"{text} returned {describe(got['returned'])}; expected ValueError ({reason})",
+                    f"{text} 返回了 {describe(got['returned'])}；应抛出 ValueError（{reason}）",
+                )
+            )
         if "ValueError" not in got["raised"]:
-            raise AssertionError(f"{text} raised {got['raised'][0]}: {got['message']}; expected ValueError ({reason})")
+            raise AssertionError(
+                pick(
+                    f"{text} raised {got['raised'][0]}: {got['message']}; expected ValueError ({reason})",
+                    f"{text} 抛出了 {got['raised'][0]}: {got['message']}；应抛出 ValueError（{reason}）",
+                )
+            )
         return {}
 
     with SPEC.diagnosing(check, sampling_sizes(logits, kwargs)):

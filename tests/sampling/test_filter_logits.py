@@ -4,6 +4,7 @@ the kept values."""
 
 import torch
 
+from judge.language import pick
 from judge.testing.spec import FLOAT64_RULE, dtypes
 from judge.testing.tiers import convention, core
 
@@ -24,7 +25,7 @@ from .common import (
 )
 
 
-@core
+@core(zh="filter_logits 与 float64 下的 Hugging Face warper 一致")
 @dtypes(*FULL)
 def test_filter_logits_matches_hugging_faces_warpers_in_float64(kata, rng, gen, dtype, device):
     for case in SPEC.cases.cases(rng, edges=dtype == torch.float32):
@@ -33,7 +34,7 @@ def test_filter_logits_matches_hugging_faces_warpers_in_float64(kata, rng, gen, 
             check_filter(kata, logits, **kwargs)
 
 
-@core
+@core(zh="默认参数下 filter_logits 原样返回 logits")
 def test_filter_logits_with_the_defaults_returns_the_logits_unchanged(kata, rng, gen):
     V = rng.randrange(2, 40)
     logits = draw_logits(
@@ -42,7 +43,7 @@ def test_filter_logits_with_the_defaults_returns_the_logits_unchanged(kata, rng,
     check_filter(kata, logits)
 
 
-@core
+@core(zh="filter_logits 的每个过滤器单独使用")
 def test_filter_logits_each_filter_alone(kata, rng, gen):
     """One filter at a time, so a slip in one cannot hide behind another."""
     V = rng.randrange(10, 30)
@@ -59,7 +60,10 @@ def test_filter_logits_each_filter_alone(kata, rng, gen):
         check_filter(kata, logits, **kwargs, **({"top_p": top_p} if top_p < 1.0 else {}))
 
 
-@convention("float16 and bfloat16 logits are computed in float32 and returned in their own dtype.")
+@convention(
+    "float16 and bfloat16 logits are computed in float32 and returned in their own dtype.",
+    zh="半精度 logits 在 float32 中计算，并以原 dtype 返回",
+)
 @dtypes(*HALF)
 def test_filter_logits_in_half_precision_computes_in_float32_and_returns_its_dtype(kata, rng, gen, dtype):
     for case in SPEC.cases.cases(rng, 2, edges=False) + [SPEC.cases.edges[0], SPEC.cases.edges[4]]:
@@ -68,7 +72,7 @@ def test_filter_logits_in_half_precision_computes_in_float32_and_returns_its_dty
             check_filter(kata, logits, **kwargs)
 
 
-@convention(FLOAT64_RULE)
+@convention(FLOAT64_RULE, zh="float64 输入全程用 float64 计算")
 def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
     """Every edge case and two draws, the kept values held to FLOAT64_THROUGHOUT (see common.py)."""
     for case in SPEC.cases.cases(rng, 2):
@@ -77,21 +81,24 @@ def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
             check_filter(kata, logits, **kwargs, tolerance=FLOAT64_THROUGHOUT)
 
 
-@convention("bad settings raise ValueError: temperature <= 0, top_k < 0, top_p outside (0, 1].")
+@convention(
+    "bad settings raise ValueError: temperature <= 0, top_k < 0, top_p outside (0, 1].",
+    zh="filter_logits 遇到非法设置时抛出 ValueError",
+)
 def test_filter_logits_rejects_bad_settings_with_value_error(kata, gen):
     logits = randn(gen, 2, 5)
     for kwargs, reason in (
-        ({"temperature": 0.0}, "filter_logits needs temperature > 0"),
-        ({"temperature": -0.5}, "a negative temperature"),
-        ({"top_k": -1}, "top_k < 0"),
-        ({"top_p": 0.0}, "top_p must be in (0, 1]"),
-        ({"top_p": 1.5}, "top_p must be in (0, 1]"),
-        ({"top_p": -0.2}, "top_p must be in (0, 1]"),
+        ({"temperature": 0.0}, pick("filter_logits needs temperature > 0", "filter_logits 要求 temperature > 0")),
+        ({"temperature": -0.5}, pick("a negative temperature", "temperature 为负")),
+        ({"top_k": -1}, pick("top_k < 0", "top_k 小于 0")),
+        ({"top_p": 0.0}, pick("top_p must be in (0, 1]", "top_p 必须在 (0, 1] 内")),
+        ({"top_p": 1.5}, pick("top_p must be in (0, 1]", "top_p 必须在 (0, 1] 内")),
+        ({"top_p": -0.2}, pick("top_p must be in (0, 1]", "top_p 必须在 (0, 1] 内")),
     ):
         FILTER.assert_raises(kata, ValueError, logits, reason=reason, **kwargs)
 
 
-@convention("the result is made on the logits' device.")
+@convention("the result is made on the logits' device.", zh="filter_logits 的结果位于 logits 所在的设备上")
 def test_filter_logits_result_follows_the_device_of_the_logits(kata, other_device):
     case = SPEC.cases.edges[0]  # fixed, drawn from a fixed generator: a verdict on meta must not depend on the seed
     logits, kwargs = make_inputs(torch.Generator().manual_seed(0), case, torch.float32)
@@ -110,7 +117,7 @@ def test_filter_logits_result_follows_the_device_of_the_logits(kata, other_devic
     )
 
 
-@convention("logits is never changed in place.")
+@convention("logits is never changed in place.", zh="filter_logits 不修改 logits")
 def test_filter_logits_does_not_modify_its_logits(kata, gen):
     """With tokens already -inf, where a kata may divide or mask in place; in float32 and
     float64, which need no conversion (an in-place op there writes into the logits), and in

@@ -53,6 +53,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from judge.forbidden import NONE
+from judge.language import pick
 from judge.testing.checks import Mismatch, assert_close, describe
 from judge.testing.inputs import randn
 from judge.testing.scenarios import scenario
@@ -86,11 +87,36 @@ MAX_LEN = 24  # every model's max_len: room for the padding the tests append
 
 EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
     edge(
-        "odd sizes, one head, the target longer than the source", B=3, S=5, T=7, E=6, H=1, F=11, Le=1, Ld=2, Vs=9, Vt=13
+        "odd sizes, one head, the target longer than the source",
+        "奇数尺寸，单头，目标比源长",
+        B=3,
+        S=5,
+        T=7,
+        E=6,
+        H=1,
+        F=11,
+        Le=1,
+        Ld=2,
+        Vs=9,
+        Vt=13,
     ),
-    edge("the source longer than the target, three heads", B=2, S=9, T=4, E=12, H=3, F=17, Le=2, Ld=1, Vs=17, Vt=6),
+    edge(
+        "the source longer than the target, three heads",
+        "源比目标长，三个头",
+        B=2,
+        S=9,
+        T=4,
+        E=12,
+        H=3,
+        F=17,
+        Le=2,
+        Ld=1,
+        Vs=17,
+        Vt=6,
+    ),
     edge(
         "the defaults: d_model 64, 4 heads, 2 + 2 layers, feed-forward 128",
+        "默认值：d_model 64，4 个头，2 + 2 层，前馈宽度 128",
         B=2,
         S=6,
         T=5,
@@ -100,7 +126,20 @@ EDGES = (  # the most telling first: the first failure shown is the first edge c
         Vt=10,
         defaults=True,
     ),
-    edge("one sequence, one source token, one target position", B=1, S=1, T=1, E=4, H=2, F=5, Le=1, Ld=1, Vs=4, Vt=5),
+    edge(
+        "one sequence, one source token, one target position",
+        "一条序列，一个源 token，一个目标位置",
+        B=1,
+        S=1,
+        T=1,
+        E=4,
+        H=2,
+        F=5,
+        Le=1,
+        Ld=1,
+        Vs=4,
+        Vt=5,
+    ),
 )
 
 
@@ -182,6 +221,10 @@ NOT_AN_EMBEDDING = (
     "Seq2SeqTransformer.{name} should be an nn.Embedding (found: {found}); the kata asks for "
     "src_embedding and tgt_embedding, nn.Embedding(vocab_size, d_model), called as modules"
 )
+NOT_AN_EMBEDDING_ZH = (
+    "Seq2SeqTransformer.{name} 应当是 nn.Embedding（实际是：{found}）；本题要求 src_embedding 和 tgt_embedding "
+    "都是 nn.Embedding(vocab_size, d_model)，并以模块方式调用"
+)
 
 
 def missing_embedding(model: nn.Module) -> str | None:
@@ -189,8 +232,8 @@ def missing_embedding(model: nn.Module) -> str | None:
     for name in ("src_embedding", "tgt_embedding"):
         embedding = getattr(model, name, None)
         if not isinstance(embedding, nn.Embedding):
-            found = "none" if embedding is None else type(embedding).__name__
-            return NOT_AN_EMBEDDING.format(name=name, found=found)
+            found = pick("none", "没有") if embedding is None else type(embedding).__name__
+            return pick(NOT_AN_EMBEDDING, NOT_AN_EMBEDDING_ZH).format(name=name, found=found)
     return None
 
 
@@ -267,8 +310,12 @@ def assert_hooks_ran(seen: dict, call: str) -> None:
     for name, count in seen.items():
         if count == 0:
             raise AssertionError(
-                f"{call} never called self.{name} as a module: call it as self.{name}(tokens) "
-                "(the grader hooks it), not through its weight"
+                pick(
+                    f"{call} never called self.{name} as a module: call it as self.{name}(tokens) "
+                    "(the grader hooks it), not through its weight",
+                    f"{call} 从未以模块方式调用 self.{name}：请以 self.{name}(tokens) 的方式调用它"
+                    "（评测器在它上面挂了钩子），而不是直接使用它的权重",
+                )
             )
 
 

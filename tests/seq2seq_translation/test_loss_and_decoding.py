@@ -14,11 +14,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from judge.language import pick, tr
 from judge.testing.checks import Mismatch, check_tensor_kind, describe, judge_on_device
 from judge.testing.functions import assert_inputs_unchanged
 from judge.testing.inputs import randn
 from judge.testing.scenarios import scenario
-from judge.testing.spec import edge
+from judge.testing.spec import Case, edge
 from judge.testing.tiers import convention, core
 
 from .common import CASES, GRADIENT_TOLERANCE, LOSS_ROUNDING, SPEC, detached, kata_diagnosing, right_padded
@@ -55,7 +56,7 @@ def loss_inputs(rng, gen, case) -> tuple:
     return logits, tgt_out, pad_id, upstream
 
 
-@core
+@core(zh="loss_fn 是非填充目标上的交叉熵")
 def test_loss_fn_is_cross_entropy_over_the_non_padding_targets(kata, rng, gen):
     """F.cross_entropy(logits.reshape(-1, V), tgt_out.reshape(-1), ignore_index=pad_id) in float64,
     and its gradient with respect to the logits; pad_id 0, V - 1 or between."""
@@ -81,7 +82,12 @@ def test_loss_fn_is_cross_entropy_over_the_non_padding_targets(kata, rng, gen):
                 }
                 SPEC.assert_close(result["loss"], expected, call=call, what="loss", tolerance=tolerance)
                 if result.get("the gradient of `logits`") is None:
-                    raise AssertionError(f"{call}: the loss carries no gradient back to `logits` (keep it a tensor op)")
+                    raise AssertionError(
+                        pick(
+                            f"{call}: the loss carries no gradient back to `logits` (keep it a tensor op)",
+                            f"{call}：loss 没有把梯度传回 `logits`（请保持为张量运算）",
+                        )
+                    )
                 SPEC.assert_close(
                     result["the gradient of `logits`"],
                     twin.grad.float(),
@@ -91,7 +97,7 @@ def test_loss_fn_is_cross_entropy_over_the_non_padding_targets(kata, rng, gen):
                 )
 
 
-@convention("logits and tgt_out are never changed in place.")
+@convention("logits and tgt_out are never changed in place.", zh="loss_fn 不修改输入")
 def test_loss_fn_does_not_modify_its_inputs(kata, rng, gen):
     for case in CASES.random(rng):
         logits, tgt_out, pad_id, upstream = loss_inputs(rng, gen, case)
@@ -191,11 +197,27 @@ def decoded(implementation, script: dict) -> dict:
 
 
 GREEDY_CASES = (  # the most telling first: rows finishing at different steps, content after EOS
-    edge("rows finishing at steps 1, 4, 2 and 3", B=4, V=12, eos_at=[1, 4, 2, 3], max_len=9),
-    edge("one row never produces EOS: max_len columns", B=3, V=9, eos_at=[2, None, 0], max_len=6),
-    edge("every row produces EOS at once", B=3, V=7, eos_at=[0, 0, 0], max_len=5),
-    edge("one row, EOS on the last allowed step", B=1, V=6, eos_at=[3], max_len=5),
-    edge("max_len 1: the BOS column alone", B=2, V=8, eos_at=[0, 1], max_len=1),
+    edge(
+        "rows finishing at steps 1, 4, 2 and 3",
+        "各行分别在第 1、4、2、3 步结束",
+        B=4,
+        V=12,
+        eos_at=[1, 4, 2, 3],
+        max_len=9,
+    ),
+    edge(
+        "one row never produces EOS: max_len columns",
+        "有一行始终不产生 EOS：共 max_len 列",
+        B=3,
+        V=9,
+        eos_at=[2, None, 0],
+        max_len=6,
+    ),
+    edge("every row produces EOS at once", "每一行都立刻产生 EOS", B=3, V=7, eos_at=[0, 0, 0], max_len=5),
+    edge(
+        "one row, EOS on the last allowed step", "只有一行，EOS 出现在允许的最后一步", B=1, V=6, eos_at=[3], max_len=5
+    ),
+    edge("max_len 1: the BOS column alone", "max_len 为 1：只有 BOS 一列", B=2, V=8, eos_at=[0, 1], max_len=1),
 )
 
 
@@ -205,7 +227,8 @@ def greedy_cases(rng) -> list:
     for n in range(2):
         B, max_len = rng.randint(2, 6), rng.randint(4, 10)
         eos_at = [rng.choice([None] + list(range(max_len + 2))) for _ in range(B)]
-        draws.append(edge(f"random draw {n + 1}", B=B, V=rng.randint(5, 20), eos_at=eos_at, max_len=max_len))
+        sizes = {"B": B, "V": rng.randint(5, 20), "eos_at": eos_at, "max_len": max_len}
+        draws.append(Case(tr("random draw {n}", n=n + 1), sizes, True))
     return [*GREEDY_CASES, *draws]
 
 
@@ -214,17 +237,22 @@ def check_tokens(ys, script: dict, call: str) -> None:
     check_tensor_kind(ys, expected, call=call, what="tokens")
     if not torch.equal(ys.cpu(), expected.cpu()):
         raise Mismatch(
-            f"{call} (model.pad_id = {script['pad_id']}) returned wrong tokens:\n{ys.tolist()}\nexpected\n"
-            f"{expected.tolist()}\n(column 0 is BOS; each step appends the argmax of "
-            "model(src, ys)[:, -1]; after a row's EOS only pad_id; stop once every row has its EOS, "
-            "or at max_len columns)",
+            pick(
+                f"{call} (model.pad_id = {script['pad_id']}) returned wrong tokens:\n{ys.tolist()}\nexpected\n"
+                f"{expected.tolist()}\n(column 0 is BOS; each step appends the argmax of "
+                "model(src, ys)[:, -1]; after a row's EOS only pad_id; stop once every row has its EOS, "
+                "or at max_len columns)",
+                f"{call}（model.pad_id = {script['pad_id']}）返回的 token 不对：\n{ys.tolist()}\n期望\n"
+                f"{expected.tolist()}\n（第 0 列是 BOS；每一步追加 model(src, ys)[:, -1] 的 argmax；"
+                "一行出现 EOS 之后只填 pad_id；所有行都有了 EOS 就停止，最多 max_len 列）",
+            ),
             what="tokens",
             actual=ys,
             expected=expected,
         )
 
 
-@core
+@core(zh="greedy_decode 以 BOS 开头，在每行的 EOS 处停止，之后填充")
 def test_greedy_decode_starts_with_bos_stops_at_each_rows_eos_and_pads_after_it(kata, rng, gen):
     """Scripted logits force each row's tokens; the expected ys follows from the script alone."""
     for case in greedy_cases(rng):
@@ -238,7 +266,10 @@ def test_greedy_decode_starts_with_bos_stops_at_each_rows_eos_and_pads_after_it(
                 check_tokens(replay(kata)["tokens"], script, decode_text(script))
 
 
-@convention("the model runs without gradients (torch.no_grad() or torch.inference_mode())")
+@convention(
+    "the model runs without gradients (torch.no_grad() or torch.inference_mode())",
+    zh="greedy_decode 在不计算梯度的情况下运行模型",
+)
 def test_greedy_decode_runs_the_model_without_gradients(kata, rng, gen):
     """Every call of the scripted model, in every case, is made with grad mode off."""
     for case in greedy_cases(rng):
@@ -253,15 +284,19 @@ def test_greedy_decode_runs_the_model_without_gradients(kata, rng, gen):
                 modes = replay(kata)["grad modes"]
                 if bool(modes.any()):
                     raise Mismatch(
-                        f"{call} called the model with gradients enabled ({int(modes.sum())} of {modes.numel()} "
-                        "calls): decode under torch.no_grad() (a graph per step only costs memory)",
+                        pick(
+                            f"{call} called the model with gradients enabled ({int(modes.sum())} of {modes.numel()} "
+                            "calls): decode under torch.no_grad() (a graph per step only costs memory)",
+                            f"{call} 在启用梯度的情况下调用了模型（{modes.numel()} 次调用中有 {int(modes.sum())} 次）："
+                            "请在 torch.no_grad() 下解码（每一步建一张计算图只会白白占用内存）",
+                        ),
                         what="grad modes",
                         actual=modes,
                         expected=torch.zeros_like(modes),
                     )
 
 
-@convention("src is never changed in place.")
+@convention("src is never changed in place.", zh="greedy_decode 不修改 src")
 def test_greedy_decode_does_not_modify_src(kata, rng, gen):
     for case in GREEDY_CASES[:2]:
         script = scripted_case(rng, gen, case)
@@ -275,7 +310,7 @@ def test_greedy_decode_does_not_modify_src(kata, rng, gen):
             check(kata)
 
 
-@convention("ys follows src's device.")
+@convention("ys follows src's device.", zh="greedy_decode 返回的 token 在 src 所在的设备上")
 def test_greedy_decode_returns_its_tokens_on_the_device_of_src(kata, other_device):
     """Fixed script (the first named case, fixed draws). Reading a value (finished.all()) is fine:
     on "meta" this check is then inconclusive."""
@@ -291,15 +326,17 @@ def test_greedy_decode_returns_its_tokens_on_the_device_of_src(kata, other_devic
             return {"tokens": decoded(implementation, script)["tokens"]}
 
         with SPEC.diagnosing(replay, {"B": case["B"]}):
-            check(
-                decode_text(script).replace("greedy_decode(model, ", f"greedy_decode(model on {device}, "), replay(kata)
-            )
+            on_device = pick(f"greedy_decode(model on {device}, ", f"greedy_decode({device} 上的 model, ")
+            check(decode_text(script).replace("greedy_decode(model, ", on_device), replay(kata))
 
     def compare(got, want, *, call: str, what: str) -> None:
         check_tensor_kind(got, want, call=call, what=what)
         if not torch.equal(got.cpu(), want.cpu()):
             raise Mismatch(
-                f"{call} returned wrong tokens: {got.tolist()}, expected {want.tolist()}",
+                pick(
+                    f"{call} returned wrong tokens: {got.tolist()}, expected {want.tolist()}",
+                    f"{call} 返回的 token 不对：{got.tolist()}，期望 {want.tolist()}",
+                ),
                 what=what,
                 actual=got,
                 expected=want,

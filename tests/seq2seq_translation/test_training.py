@@ -50,6 +50,7 @@ import random
 import torch
 from torch import Tensor, nn
 
+from judge.language import pick
 from judge.testing.checks import Mismatch, describe
 from judge.testing.functions import assert_inputs_unchanged
 from judge.testing.scenarios import scenario
@@ -68,7 +69,9 @@ from .common import (
 
 # --------------------------------------------------------------------------- train() against a reference loop
 
-TRAIN_CASE = edge("3 batches cycled over 7 steps", B=4, Vs=11, Vt=9, E=16, H=2, F=24, Le=1, Ld=2)
+TRAIN_CASE = edge(
+    "3 batches cycled over 7 steps", "3 个批次在 7 步中循环使用", B=4, Vs=11, Vt=9, E=16, H=2, F=24, Le=1, Ld=2
+)
 STEPS, TRAIN_LR = 7, 0.01
 
 
@@ -121,10 +124,13 @@ def as_losses(values):
     return values
 
 
-TRAIN_CALL = f"train(model, batches=[3 pairs of (int64[4, S], int64[4, T + 1])], steps={STEPS}, lr={TRAIN_LR})"
+TRAIN_CALL = pick(
+    f"train(model, batches=[3 pairs of (int64[4, S], int64[4, T + 1])], steps={STEPS}, lr={TRAIN_LR})",
+    f"train(model, batches=[3 对 (int64[4, S], int64[4, T + 1])], steps={STEPS}, lr={TRAIN_LR})",
+)
 
 
-@core
+@core(zh="train 在移位后的目标上用 Adam 更新，并裁剪梯度")
 def test_train_makes_the_updates_of_adam_with_clipped_gradients_on_shifted_targets(kata, rng, gen, seed):
     """train(model, batches, 7, lr) against reference_train on copies of one ReferenceSeq2Seq:
     the losses it returns (one per step) and the model's logits afterwards. Three batches of
@@ -147,14 +153,23 @@ def test_train_makes_the_updates_of_adam_with_clipped_gradients_on_shifted_targe
         if not isinstance(losses, Tensor):
             kinds = sorted({type(x).__name__ for x in losses}) if isinstance(losses, (list, tuple)) else []
             raise AssertionError(  # noqa: TRY004 - a failed check, reported as such
-                f"{call} returned {describe(losses)}"
-                + (f" holding {', '.join(kinds)}" if kinds else "")
-                + f"; expected a list of {STEPS} losses, loss.item() of each step"
+                pick(
+                    f"{call} returned {describe(losses)}"
+                    + (f" holding {', '.join(kinds)}" if kinds else "")
+                    + f"; expected a list of {STEPS} losses, loss.item() of each step",
+                    f"{call} 返回了 {describe(losses)}"
+                    + (f"，其中包含 {', '.join(kinds)}" if kinds else "")
+                    + f"；应返回含 {STEPS} 个 loss 的列表，即每一步的 loss.item()",
+                )
             )
         if losses.numel() != STEPS:
             raise Mismatch(
-                f"{call} returned {losses.numel()} losses; expected {STEPS}, one per step: when the batches run "
-                "out, start them again (itertools.cycle)",
+                pick(
+                    f"{call} returned {losses.numel()} losses; expected {STEPS}, one per step: when the batches run "
+                    "out, start them again (itertools.cycle)",
+                    f"{call} 返回了 {losses.numel()} 个 loss；应为 {STEPS} 个，每步一个：批次用完后从头再来"
+                    "（itertools.cycle）",
+                ),
                 what="losses",
                 actual=losses,
                 expected=want_losses,
@@ -166,11 +181,15 @@ def test_train_makes_the_updates_of_adam_with_clipped_gradients_on_shifted_targe
             call=call,
             what="losses",
             tolerance=TRAIN_TOLERANCE,
-            text=(
+            text=pick(
                 f"{call}: the losses differ from the reference loop's on the same model and batches: each step "
                 "tgt_in = tgt[:, :-1], tgt_out = tgt[:, 1:], loss_fn(model(src, tgt_in), tgt_out, model.pad_id), "
                 "optimizer.zero_grad(), loss.backward(), clip_grad_norm_(model.parameters(), 1.0), "
-                "optimizer.step(), with ONE torch.optim.Adam(model.parameters(), lr=lr) made before the loop."
+                "optimizer.step(), with ONE torch.optim.Adam(model.parameters(), lr=lr) made before the loop.",
+                f"{call}：在相同的模型和批次上，返回的 losses 与参考训练循环的不同：每一步依次是 "
+                "tgt_in = tgt[:, :-1]，tgt_out = tgt[:, 1:]，loss_fn(model(src, tgt_in), tgt_out, model.pad_id)，"
+                "optimizer.zero_grad()，loss.backward()，clip_grad_norm_(model.parameters(), 1.0)，"
+                "optimizer.step()；并且只在循环之前创建【一个】torch.optim.Adam(model.parameters(), lr=lr)。",
             ),
         )
         check_property(
@@ -179,11 +198,17 @@ def test_train_makes_the_updates_of_adam_with_clipped_gradients_on_shifted_targe
             call=call,
             what="logits after training",
             tolerance=TRAIN_TOLERANCE,
-            text=f"{call}: the model after training differs from the reference loop's (the last update?)",
+            text=pick(
+                f"{call}: the model after training differs from the reference loop's (the last update?)",
+                f"{call}：训练后的模型与参考训练循环得到的不同（最后一次更新？）",
+            ),
         )
 
 
-@convention("the losses are Python floats (loss.item()): no tensor that keeps a step's graph alive.")
+@convention(
+    "the losses are Python floats (loss.item()): no tensor that keeps a step's graph alive.",
+    zh="train 返回 Python float",
+)
 def test_train_returns_python_floats(kata, rng, gen, seed):
     inputs = train_inputs(rng, gen, seed)
 
@@ -195,12 +220,16 @@ def test_train_returns_python_floats(kata, rng, gen, seed):
         others = sorted({kind for kind in kinds if kind != "float"})
         if others:
             raise AssertionError(
-                f"{TRAIN_CALL} returned a list holding {', '.join(others)}; expected {STEPS} Python floats, "
-                "loss.item() of each step"
+                pick(
+                    f"{TRAIN_CALL} returned a list holding {', '.join(others)}; expected {STEPS} Python floats, "
+                    "loss.item() of each step",
+                    f"{TRAIN_CALL} 返回的列表中包含 {', '.join(others)}；应为 {STEPS} 个 Python float，"
+                    "即每一步的 loss.item()",
+                )
             )
 
 
-@convention("the batches are never changed in place.")
+@convention("the batches are never changed in place.", zh="train 不修改批次")
 def test_train_does_not_modify_its_batches(kata, rng, gen, seed):
     inputs = train_inputs(rng, gen, seed)
     sent = {f"batches[{i}][{j}]": t for i, pair in enumerate(inputs["batches"]) for j, t in enumerate(pair)}
@@ -326,23 +355,37 @@ def spelled(ids: list[int], *, target: bool) -> str:
     return "".join(names.get(t, str(t) if t < DIGITS else letters[t - DIGITS]) for t in ids)
 
 
-@core
+@core(zh="用 train 训练的小型翻译模型在 90% 的留出句对上完全正确")
 def test_a_small_translator_trained_with_train_gets_90_percent_of_held_out_pairs_exactly_right(kata):
     """The toy task end to end (see the module docstring): TRAIN_STEPS steps, then greedy
     decoding of HELD_OUT unseen pairs; the solution reaches 99-100% on every seed tried."""
     result = train_and_score(kata)
     if result["accuracy"] < ACCURACY:
         examples = "; ".join(
-            f"{spelled(list(s), target=False)} -> {spelled(got, target=True)} (expected {spelled(want, target=True)})"
+            pick(
+                f"{spelled(list(s), target=False)} -> {spelled(got, target=True)} "
+                f"(expected {spelled(want, target=True)})",
+                f"{spelled(list(s), target=False)} -> {spelled(got, target=True)}（期望 {spelled(want, target=True)}）",
+            )
             for s, got, want in result["wrong"][:3]
         )
+        sizes = ", ".join(f"{k}={v}" for k, v in MODEL_SIZE.items())
         raise AssertionError(
-            f"after train(model, batches, steps={TRAIN_STEPS}, lr={LR}) on {TRAIN_STEPS} batches of {BATCH_SIZE} pairs "
-            f"(Seq2SeqTransformer({VOCAB}, {VOCAB}, {', '.join(f'{k}={v}' for k, v in MODEL_SIZE.items())}, "
-            f"pad_id={PAD_ID}, max_len={TASK_MAX_LEN}), torch.manual_seed({INIT_SEED}) first), greedy decoding got "
-            f"{result['accuracy']:.1%} of {HELD_OUT} held-out pairs exactly right; at least {ACCURACY:.0%} expected "
-            f"(the reference solution reaches 99-100%). Mean loss of the last 10 steps: {result['final_loss']:.4f}. "
-            f"For example: {examples}. If every other test passes, look at what only training shows: the "
-            "embeddings' init (N(0, d_model ** -0.5)) and their sqrt(d_model) scale, the positional encodings, "
-            "which masks reach which attention."
+            pick(
+                f"after train(model, batches, steps={TRAIN_STEPS}, lr={LR}) on {TRAIN_STEPS} batches of {BATCH_SIZE} "
+                f"pairs (Seq2SeqTransformer({VOCAB}, {VOCAB}, {sizes}, "
+                f"pad_id={PAD_ID}, max_len={TASK_MAX_LEN}), torch.manual_seed({INIT_SEED}) first), greedy decoding "
+                f"got {result['accuracy']:.1%} of {HELD_OUT} held-out pairs exactly right; at least {ACCURACY:.0%} "
+                "expected (the reference solution reaches 99-100%). Mean loss of the last 10 steps: "
+                f"{result['final_loss']:.4f}. For example: {examples}. If every other test passes, look at what only training shows: the "
+                "embeddings' init (N(0, d_model ** -0.5)) and their sqrt(d_model) scale, the positional encodings, "
+                "which masks reach which attention.",
+                f"用 train(model, batches, steps={TRAIN_STEPS}, lr={LR}) 在 {TRAIN_STEPS} 个各含 {BATCH_SIZE} 个句对的"
+                f"批次上训练之后（Seq2SeqTransformer({VOCAB}, {VOCAB}, {sizes}, pad_id={PAD_ID}, "
+                f"max_len={TASK_MAX_LEN})，事先调用 torch.manual_seed({INIT_SEED})），"
+                f"贪心解码在 {HELD_OUT} 个留出句对中只有 {result['accuracy']:.1%} 完全正确；至少应为 {ACCURACY:.0%}（参考解能达到 99-100%）。"
+                f"最后 10 步的平均 loss：{result['final_loss']:.4f}。例如：{examples}。如果其他测试都通过了，"
+                "就检查只有训练才会暴露的地方：嵌入的初始化（N(0, d_model ** -0.5)）和 sqrt(d_model) 缩放、"
+                "位置编码、哪些掩码作用在哪个注意力上。",
+            )
         )
