@@ -227,7 +227,7 @@ def refuse(shown: str = "", *, action: str = "", _tr=tr, _tr_data=tr_data, _wher
     message = _tr(
         "{kata} {action}{where}, which is not allowed: {why}",
         kata=_context["kata"],
-        action=action or _tr("calls {shown}", shown=shown),
+        action=action or _tr("calls {shown}", shown=_tr_data(shown)),  # a name, or what _ENGINE says
         where=_where(),
         why=_tr("; ").join(_tr_data(why) for why in _context["why"].split("; ")),
     )

@@ -59,6 +59,7 @@ ZH: dict[str, str] = {
     "{label}: {status}  {passed}/{total} tests": "{label}: {status}  {passed}/{total} 个测试通过",
     "  (verdict {latency:.1f} s after the save)": "  （保存后 {latency:.1f} 秒出判定）",
     "first failing check: {text}": "第一个失败的检查：{text}",
+    "{name}: {message}": "{name}：{message}",
     "why: {text}": "原因：{text}",
     "(hidden shapes from seed {seed}: the same until you restart)": "（隐藏形状来自种子 {seed}：重启之前保持不变）",
     # judge/errors.py: argparse's own messages, and where to read the options
@@ -181,8 +182,8 @@ ZH: dict[str, str] = {
     "{call} returned {what} of type {kind}, expected a tensor: {value}": (
         "{call} 返回的 {what} 类型是 {kind}，应为张量：{value}"
     ),
-    "{call} returned {what} of shape {got}, expected {want}": "{call} 返回的 {what} 形状是 {got}，应为 {want}",
-    "{call} returned {what} of dtype {got}, expected {want}": "{call} 返回的 {what} dtype 是 {got}，应为 {want}",
+    "{call} returned {what} of shape {got}, expected {want}": "{call} 返回的 {what} 的形状是 {got}，应为 {want}",
+    "{call} returned {what} of dtype {got}, expected {want}": "{call} 返回的 {what} 的 dtype 是 {got}，应为 {want}",
     "{call} returned {what} on device {got}, expected {want}": "{call} 返回的 {what} 在设备 {got} 上，应在 {want} 上",
     "{call} returned {what} with {name} at index {where} ({count} of {total} elements); expected {want}": (
         "{call} 返回的 {what} 在下标 {where} 处是 {name}（{total} 个元素中有 {count} 个）；期望值为 {want}"
@@ -222,18 +223,21 @@ ZH: dict[str, str] = {
     # judge/forbidden.py: a refusal, and why the kata may not call that
     "{kata} {action}{where}, which is not allowed: {why}": "{kata} {action}{where}，这是不允许的：{why}",
     "calls {shown}": "调用了 {shown}",
+    "autograd (torch.autograd.grad, .backward(), torch.func or grad mode)": (
+        "autograd（torch.autograd.grad、.backward()、torch.func 或梯度模式）"
+    ),
+    " on {device}": " 在 {device} 上",
     " (at {file}, line {line})": "（在 {file} 第 {line} 行）",
-    "turns autograd on (torch.enable_grad() or grad mode)": "打开了 autograd（torch.enable_grad() 或 grad mode）",
+    "turns autograd on (torch.enable_grad() or grad mode)": "打开了 autograd（torch.enable_grad() 或梯度模式）",
     "itself": "它本身",
     "contains an nn.{name} ({where})": "包含一个 nn.{name}（{where}）",
-    "; ": "；",
     "this kata asks you to write attention yourself": "这道题要求你自己写注意力",
     "this kata asks you to derive the gradients by hand": "这道题要求你手推梯度",
     "this kata asks you to build that mask yourself": "这道题要求你自己构造这个掩码",
     "this kata asks you to write RMSNorm yourself": "这道题要求你自己写 RMSNorm",
     "this kata asks you to write the (log-)softmax yourself": "这道题要求你自己写 (log-)softmax",
     "this kata asks you to write the cross-entropy yourself": "这道题要求你自己写交叉熵",
-    "this kata asks you to write the layer norm yourself": "这道题要求你自己写 layer norm",
+    "this kata asks you to write the layer norm yourself": "这道题要求你自己写层归一化",
     # judge/testing/modules.py: a NaN where PyTorch has a number, and what usually causes it
     "{call} returned {what} with NaN at index {where} ({count} of {total} elements) "
     "where PyTorch gives {want}. {hint}": (
@@ -286,6 +290,47 @@ ZH: dict[str, str] = {
         "返回结果的嵌套超过 {depth} 层，或包含超过 {count} 个值"
     ),
     "the gradient of `{name}`": "`{name}` 的梯度",
+    "the RMS of {name}": "{name} 的均方根",
+    # what the tests compare, where a description names it (judge.testing.checks.label)
+    "rotated keys": "旋转后的键",
+    "values": "值",
+    "inner products": "内积",
+    "norms": "范数",
+    "output in eval()": "eval() 下的输出",
+    "logits at positions 0..t": "位置 0..t 的 logits",
+    "logits at real target positions": "真实目标位置上的 logits",
+    "logits for a longer source": "更长源序列下的 logits",
+    "logits with more source padding": "源序列填充更多时的 logits",
+    "logits after training": "训练后的 logits",
+    "keys after reset": "reset 之后的键",
+    "values after reset": "reset 之后的值",
+    "length after reset": "reset 之后的长度",
+    "length after reset and update": "reset 并 update 之后的长度",
+    "largest tensor": "最大的张量",
+    "scores computed": "计算的分数个数",
+    "rows per expert": "每个专家处理的行数",
+    "share dropped": "被丢弃的比例",
+    "kept tokens": "保留的 token",
+    "buffers kept": "保留的缓冲区",
+    "cache form": "缓存的形式",
+    "grad modes": "梯度模式",
+    "an output": "一个输出",
+    "keeps base": "保留 base",
+    "base.weight after unmerge() on a module never merged": "未 merge 时 unmerge() 之后的 base.weight",
+    "output before merge()": "merge() 之前的输出",
+    "base.weight after merge()": "merge() 之后的 base.weight",
+    "base.weight's graph after merge()": "merge() 之后 base.weight 的计算图",
+    "the nn.Linear passed in: its weight after merge() less model.base.weight": (
+        "传入的那个 nn.Linear：merge() 之后它的 weight 减去 model.base.weight"
+    ),
+    "output after merge()": "merge() 之后的输出",
+    "base.weight after merge() twice": "两次 merge() 之后的 base.weight",
+    "output after merge() twice": "两次 merge() 之后的输出",
+    "output in train() after merge() and a new lora_B": "merge() 并换了新的 lora_B 之后 train() 下的输出",
+    "base.weight after unmerge()": "unmerge() 之后的 base.weight",
+    "base.weight's graph after unmerge()": "unmerge() 之后 base.weight 的计算图",
+    "output after unmerge()": "unmerge() 之后的输出",
+    "base.weight after unmerge() twice": "两次 unmerge() 之后的 base.weight",
     "{call} returned normally; expected ValueError ({reason})": "{call} 正常返回了；应当抛出 ValueError（{reason}）",
     "{call} raised {name}: {error}; expected {expected} ({reason})": (
         "{call} 抛出了 {name}: {error}；应当抛出 {expected}（{reason}）"

@@ -8,7 +8,8 @@ What may stay English, by the product's rule (code, names and numbers stay as th
 - names: a fixed list of proper names and acronyms (PyTorch, CUDA, LoRA...), and the words of
   commands: kata names and aliases, make targets, the dependencies (make check, pip install numpy);
 - a single lowercase word between Chinese ones: a technical term read as a name
-  (weights, dropout, logits), as Chinese engineers write them.
+  (weights, dropout, logits), as Chinese engineers write them; a few terms of two (TERMS);
+- symbols: a word of one or two letters (x, hs, the T and V of [B, T, V]) but the small words.
 English prose shows as two plain words in a row ("odd length"), or as one of the small
 words prose cannot do without (the, of, is...): either is reported.
 """
@@ -26,12 +27,13 @@ NAMES = {
     "Hugging", "Face", "nanoGPT", "GPT", "Meta", "Adam", "AdamW", "SGD", "BOS", "EOS", "PAD",
 }  # fmt: skip
 COMMAND_WORDS = {"make", "python", "pip", "install", "numpy", "pytest", "torch", "timeout"}
-SMALL_WORDS = {"the", "of", "is", "are", "and", "or", "to", "a", "an", "in", "on", "with", "not", "was", "its", "it"}
+SMALL_WORDS = {"the", "of", "is", "are", "and", "or", "to", "an", "in", "on", "with", "not", "was", "its", "it"}
+TERMS = ("teacher forcing",)  # terms Chinese engineers write in English, as they are
 
 _QUOTED = re.compile(r"写明：“[^”]*”|`[^`]*`")  # the stub's line, as a convention quotes it; code
 _RAISED = re.compile(r"\b\w*(?:Error|Exception|Warning|Interrupt|Exit)\b: [^；\n]*")
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
-_CODE_NEIGHBOURS = set("._=([/`-<>{}@#*+|\\")
+_CODE_NEIGHBOURS = set("._=()[]/`-<>{}@#*+|^\\")
 
 
 @functools.cache
@@ -50,8 +52,8 @@ def names() -> frozenset[str]:
 def _plain(text: str, match: re.Match) -> bool:
     """A word of prose: letters only, not touching code punctuation, not a listed name."""
     word = match.group()
-    if not word.isalpha() or word in names():
-        return False
+    if not word.isalpha() or word in names() or (len(word) <= 2 and word.lower() not in SMALL_WORDS):
+        return False  # code, a name, or a symbol (x, hs, Q, T)
     before = text[match.start() - 1] if match.start() > 0 else " "
     after = text[match.end()] if match.end() < len(text) else " "
     return before not in _CODE_NEIGHBOURS and after not in _CODE_NEIGHBOURS
@@ -60,6 +62,8 @@ def _plain(text: str, match: re.Match) -> bool:
 def english_prose(text: str) -> list[str]:
     """The stretches of English prose in `text` (empty when it is all Chinese, code and names)."""
     text = _RAISED.sub(" ", _QUOTED.sub(" ", text))
+    for term in TERMS:
+        text = text.replace(term, " ")
     runs: list[list[str]] = []
     end = None  # where the run being read ends, or None when no run is open
     for match in _WORD.finditer(text):

@@ -195,7 +195,7 @@ def watch_block(latency: float | None = 0.4) -> str:
 def test_a_watch_verdict_speaks_chinese(chinese):
     text = watch_block()
     assert text.startswith("causal_mask: 未通过  2/4 个测试通过  （保存后 0.4 秒出判定）")
-    assert "    第一个失败的检查：matches the reference: causal_mask(5) returned a wrong mask" in text
+    assert "    第一个失败的检查：matches the reference：causal_mask(5) returned a wrong mask" in text
     assert "    看起来像：A slip." in text
     assert "    （隐藏形状来自种子 7：重启之前保持不变）" in text
 
@@ -426,5 +426,6 @@ def test_every_fixed_text_that_arrives_as_data_has_its_chinese():
 
     reasons = {rules.why for rules in vars(forbidden).values() if isinstance(rules, forbidden.Rules) and rules.why}
     texts = [why for reason in reasons for why in reason.split("; ")] + [modules.NN_NAN_HINT, modules.SDPA_NAN_HINT]
+    texts.append(forbidden._ENGINE)  # refused under its name
     missing = [text for text in texts if text not in ZH]
     assert not missing, f"judge/texts_zh.py lacks: {missing}"

@@ -414,7 +414,8 @@ def test_an_interview_is_one_kata_from_a_bare_stub_graded_on_its_math(places):
         """The math right, one convention missed."""
 
         def grade(self, name, path, seed):
-            tiers = {"core": {"passed": 16, "total": 16}, "conventions": {"passed": 10, "total": 11}}
+            titles = {"works in half precision": False, "leaves its inputs alone": True}
+            tiers = {"core": {"passed": 16, "total": 16}, "conventions": {"passed": 10, "total": 11, "titles": titles}}
             missed = {"name": "works in half precision [float16]", "tier": "conventions", "message": "..."}
             return KataResult(name, "fail", 26 / 27, 26, 27, "1 convention missed", [missed], tiers=tiers)
 
@@ -425,7 +426,7 @@ def test_an_interview_is_one_kata_from_a_bare_stub_graded_on_its_math(places):
     assert report["reason"] == "all pass" and report["mode"] == "interview" and report["passed"] == 1
     assert "multi_head_attention: pass  16/16 tests" in shown
     assert "a production version would add (not counted in an interview; 10 of 11 convention tests pass):" in shown
-    assert "missed here: works in half precision [float16]" in shown
+    assert "  ✗ works in half precision" in shown and "  ✓ leaves its inputs alone" in shown
     assert report_text_title(plan) in (plan.folder / "report.txt").read_text()
     assert [r["status"] for r in history_of(places).read() if r.get("event") == "grade"] == ["pass"]
 

@@ -1,7 +1,8 @@
-"""Issue 22's "done when", driven the way a learner drives it: the practice commands in a
+"""Issue 22's "done when", driven the way a learner drives it: the commands in a
 pseudo-terminal (a tty, as in tmux), in Chinese. An interview on a bare stub graded on its
 math; then make next following the path, a review falling due when the history says the pass
-was two days ago; then progress by path."""
+was two days ago; then progress by path. And grade, a failing check, hint, watch and a mock
+interview, each with no English prose outside code, names and numbers."""
 
 import json
 import os
@@ -14,7 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
+from english_words import english_prose
 
+from judge.mutants import load_mutants
 from judge.paths import ROOT
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]|\r")
@@ -24,12 +27,14 @@ ENGLISH = re.compile(r"\b(?:the|passed?|fail(?:ed)?|tests?|next|review|kata|scor
 class Terminal:
     """A practice command on a pseudo-terminal: what it shows, read until a pattern appears."""
 
-    def __init__(self, *args: str, state: Path):
+    def __init__(self, *args: str, state: Path, katas: Path | None = None, script: str = "practice.py"):
         self.main, secondary = pty.openpty()
         env = dict(os.environ, KATAS_STATE=str(state), KATAS_LANG="zh", TERM="xterm")
         env.pop("NO_COLOR", None)
+        if katas is not None:
+            env["KATAS_DIR"] = str(katas)
         self.process = subprocess.Popen(
-            [sys.executable, str(ROOT / "practice.py"), *args],
+            [sys.executable, str(ROOT / script), *args],
             cwd=ROOT,
             env=env,
             stdin=secondary,
@@ -60,9 +65,9 @@ class Terminal:
         os.close(self.main)
 
 
-def run(*args: str, state: Path) -> str:
+def run(*args: str, state: Path, **options) -> str:
     """A command that ends by itself: all it showed."""
-    terminal = Terminal(*args, state=state)
+    terminal = Terminal(*args, state=state, **options)
     try:
         terminal.process.wait(timeout=60)
         while select.select([terminal.main], [], [], 1)[0]:
@@ -117,3 +122,49 @@ def test_an_interview_then_the_path_and_its_review_in_a_chinese_terminal(tmp_pat
         prose.split("\n\n")[0] + "\n" + "\n".join(line for line in prose.splitlines() if "已通过" in line)
     )
     assert not words, f"English outside code and names: {words}"
+
+
+def slip(kata: str, name: str) -> str:
+    """The text of one of the kata's mutants (tests/mutants/<kata>.toml)."""
+    return next(m for m in load_mutants(kata) if m.name == name).source()
+
+
+@pytest.mark.timeout(240)
+def test_grade_check_hint_watch_and_mock_speak_chinese_in_a_terminal(tmp_path):
+    katas, state = tmp_path / "katas", tmp_path / "state"
+    katas.mkdir()
+    for stub in ("causal_mask", "softmax", "padding_mask"):
+        (katas / f"{stub}.py").write_text((ROOT / "katas" / f"{stub}.py").read_text(encoding="utf-8"))
+    (katas / "softmax.py").write_text(slip("softmax", "no_max_subtraction"))
+    (katas / "padding_mask.py").write_text((ROOT / "solutions" / "padding_mask.py").read_text(encoding="utf-8"))
+    seen = {}
+
+    grade = ("--impl", str(katas), "--no-timing", "--seed", "3")
+    seen["grade"] = run(*grade, state=state, script="grader.py")
+    assert "总分：" in seen["grade"] and "未开始" in seen["grade"] and "通过" in seen["grade"]
+    seen["check"] = run(*grade, "--kata", "softmax", state=state, script="grader.py")
+    assert "softmax: 未通过：" in seen["check"] and "看起来像：" in seen["check"]
+    seen["hint"] = run("hint", "--kata", "softmax", state=state, katas=katas)
+    assert "第 1 条提示" in seen["hint"]
+
+    watch = Terminal("watch", "--kata", "causal_mask", "--seed", "3", "--no-timing", state=state, katas=katas)
+    try:
+        watch.read_until("就绪")
+        (katas / "causal_mask.py").write_text(slip("causal_mask", "diagonal_blocked"))
+        watch.read_until("causal_mask: 未通过")
+        (katas / "causal_mask.py").write_text((ROOT / "solutions" / "causal_mask.py").read_text(encoding="utf-8"))
+        seen["watch"] = watch.read_until("causal_mask: 通过")
+    finally:
+        watch.close()
+
+    mock = Terminal("mock", "--n", "1", "--seed", "5", "--minutes", "5", "--no-timing", state=state, katas=katas)
+    try:
+        mock.read_until("判题器在开始后 .* 秒就绪")
+        [stub] = (state / "mock").glob("*/*.py")
+        stub.write_text((ROOT / "solutions" / stub.name).read_text(encoding="utf-8"))
+        seen["mock"] = mock.read_until("模拟面试 [0-9-]+ 报告：")
+    finally:
+        mock.close()
+
+    left = {command: found for command, shown in seen.items() if (found := english_prose(shown))}
+    assert not left, f"English prose in the Chinese output: {left}"

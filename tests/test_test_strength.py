@@ -4,7 +4,8 @@
   the current solution) still applies, and is graded as it expects: "fail", or "forbidden"
   for one that calls what the kata forbids; and not by an error that says the patch is
   stale (NameError, ImportError, a call that no longer binds), which is no proof at all;
-  and its failure is diagnosed as its own slip ("looks like: <its why>");
+  and its failure is diagnosed as its own slip ("looks like: <its why>"); graded in Chinese,
+  its verdict has no English prose left (what every slip brings out has its Chinese twin);
 - every variant (a correct implementation in another style, tests/variants/<kata>/<style>.py)
   is graded "pass";
 - every stub generated from solutions/ is graded "todo", and katas/ as committed is that stub.
@@ -17,15 +18,17 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from english_words import english_prose
+from pool import Batch
+from pool import verdict as graded
 
 from judge.catalog import kata_names, load_catalog
 from judge.limits import Limits
 from judge.mutants import MutantError, all_mutants, load_mutants
 from judge.paths import MUTANTS, SOLUTIONS, VARIANTS
 from judge.protocol import is_stale_failure
+from judge.reporting import shown_diagnosis
 from judge.scheduling import Job
-from pool import Batch
-from pool import verdict as graded
 from judge.stubs import committed_text, make_stub
 
 CATALOG = kata_names(load_catalog())
@@ -81,7 +84,7 @@ def grading_plan(items, config) -> list[Batch]:
             solution = (SOLUTIONS / f"{name}.py").read_text(encoding="utf-8")
             (folder / "stubs" / f"{name}.py").write_text(make_stub(solution), encoding="utf-8")
             jobs[f"stub/{name}"] = Job(name, folder / "stubs" / f"{name}.py")
-    batches = [Batch("strength", jobs, LIMITS, config.kata_seed)]
+    batches = [Batch("strength", jobs, LIMITS, config.kata_seed, env={"KATAS_LANG": "zh"})]
     sizes = [p["mutant_id"] for p in chosen if "mutant_id" in p]
     for n in range(1, EXTRA_SEEDS + 1):
         extra = {mutant_id: Job(mutant_id.split("/")[0], FILES[mutant_id], first_failure=True) for mutant_id in sizes}
@@ -130,8 +133,8 @@ def test_mutant_is_rejected(mutant):
             f"stale mutant {mutant.id}: it fails only with {verdict.failures[0]['error']}, not by its slip; "
             f"update its patch in tests/mutants/{mutant.kata}.toml: {verdict.message}"
         )
-        assert any(mutant.why in line for line in verdict.diagnosis), (
-            f"mutant {mutant.id} was not recognised as its own slip: its diagnosis is {verdict.diagnosis}; "
+        assert any(mutant.why_zh in line for line in verdict.diagnosis), (
+            f"mutant {mutant.id} was not recognised as its own slip ({mutant.why}): its diagnosis is {verdict.diagnosis}; "
             f"its first failure: {verdict.message}"
         )
         if mutant.tier is not None:  # core tests run first: the first failure's tier is the slip's
@@ -139,6 +142,21 @@ def test_mutant_is_rejected(mutant):
                 f"mutant {mutant.id} is declared {mutant.tier!r} but was first rejected by a "
                 f"{verdict.failures[0].get('tier')!r} test: {verdict.failures[0]['name']}: {verdict.message}"
             )
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("mutant", MUTANT_LIST, ids=lambda m: m.id)
+def test_a_mutants_verdict_is_all_chinese(mutant, monkeypatch):
+    """Graded under KATAS_LANG=zh: the message, the failing test, its case and the diagnosis
+    are Chinese but for code, names and numbers (tests/english_words.py)."""
+    if isinstance(FILES[mutant.id], MutantError):
+        pytest.skip("a stale patch: test_mutant_is_rejected reports it")
+    verdict = graded("strength", mutant.id)
+    monkeypatch.setenv("KATAS_LANG", "zh")
+    shown = [shown_diagnosis(line) for line in verdict.diagnosis]  # as the table shows it: its marker in Chinese
+    texts = [verdict.message, *shown, *(f"{f['name']}: {f.get('message', '')}" for f in verdict.failures)]
+    english = {text: found for text in texts if (found := english_prose(text))}
+    assert not english, f"mutant {mutant.id}: English left in its Chinese verdict: {english}"
 
 
 @pytest.mark.timeout(900)

@@ -59,7 +59,7 @@ def first_failure(result: KataResult, width: int = 600) -> str:
     """The first failing check's message for a fail; the verdict's own message otherwise."""
     if result.status == "fail" and result.failures:
         first = result.failures[0]
-        text = f"{first['name']}: {first.get('message', '')}"
+        text = tr("{name}: {message}", name=first["name"], message=first.get("message", ""))
     else:
         text = result.message
     lines = text.strip().splitlines()

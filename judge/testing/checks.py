@@ -7,18 +7,19 @@ import re
 import pytest
 import torch
 
-from judge.language import tr
+from judge.language import tr, tr_data
 from judge.testing.tolerances import SINGLE_OP
 
 MESSAGE_LIMIT = 600  # characters of a value's repr kept in a failure message
-_GRADIENT = re.compile(r"the gradient of `(.+)`")
-
-
 def label(what: str) -> str:
-    """What a message calls a compared value: an output's name as it is in the code, and
-    "the gradient of `x`" (a key the tests share) in the learner's language."""
-    match = _GRADIENT.fullmatch(what)
-    return tr("the gradient of `{name}`", name=match[1]) if match else what
+    """What a message calls a compared value: an output's name as it is in the code; a
+    description (a key the tests share across processes, so English in the data) in the
+    learner's language: by pattern, or as a fixed text (tr_data)."""
+    if match := re.fullmatch(r"(?:the )?gradient of `?([^`]+)`?", what):
+        return tr("the gradient of `{name}`", name=match[1])
+    if match := re.fullmatch(r"the RMS of (\S+)", what):
+        return tr("the RMS of {name}", name=match[1])
+    return tr_data(what)
 
 
 class Mismatch(AssertionError):
@@ -39,7 +40,7 @@ def describe(value) -> str:
     """A short description of an argument: tensors as dtype[shape], the rest as repr."""
     if isinstance(value, torch.Tensor):
         dtype = str(value.dtype).removeprefix("torch.")
-        device = "" if value.device.type == "cpu" else f" on {value.device}"
+        device = "" if value.device.type == "cpu" else tr(" on {device}", device=value.device)
         return f"{dtype}{list(value.shape)}{device}"
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
