@@ -245,6 +245,24 @@ def test_the_chinese_readme_has_the_english_ones_structure(english, chinese):
         assert shapes[1][what] == shapes[0][what], f"{chinese} drifted from {english}: {what}"
 
 
+def prose(text: str) -> str:
+    """`text` without its fenced and indented blocks."""
+    text = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
+    return "\n".join(line for line in text.splitlines() if not line.startswith("    "))
+
+
+FIGURE = re.compile(r"\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)?(?=x\b| ?倍)")  # a ratio: 1.43x, 2-3x, 10 倍
+
+
+@pytest.mark.parametrize(("english", "chinese"), [("README.md", "README.zh-CN.md"), ("docs/guide.md", "docs/guide.zh-CN.md")])
+def test_the_chinese_docs_quote_the_english_ones_figures(english, chinese):
+    """Issue 22: one set of measurements for both languages: every ratio the English states,
+    the Chinese states too, in the same order (re-measure the English, then copy its figures).
+    The examples of output (fenced or indented blocks) are real runs, each in its language."""
+    figures = [FIGURE.findall(prose((ROOT / name).read_text(encoding="utf-8"))) for name in (english, chinese)]
+    assert figures[1] == figures[0], f"{chinese}'s ratios differ from {english}'s"
+
+
 @pytest.mark.parametrize("name", ["README.md", "README.zh-CN.md"])
 def test_the_readme_is_read_in_five_minutes(name):
     """Issue 22: at most 200 lines; the guide (docs/) holds the rest, and the README links to it."""
