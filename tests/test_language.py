@@ -6,6 +6,7 @@ import argparse
 import ast
 import io
 import os
+import re
 import string
 import subprocess
 import sys
@@ -374,10 +375,10 @@ def test_make_help_piped_into_head_ends_quietly():
 
 def said(command: str, **env) -> str:
     """What `command` (run in the repository) prints on stderr and stdout, less make's own line."""
-    run = subprocess.run(
-        command, shell=True, cwd=ROOT, capture_output=True, text=True, check=False, env={**os.environ, **env}
-    )
-    return "\n".join(line for line in (run.stderr + run.stdout).splitlines() if not line.startswith("make: ***"))
+    outer = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "ARGS", "KATA")}
+    run = subprocess.run(command, shell=True, cwd=ROOT, capture_output=True, text=True, check=False, env=outer | env)
+    lines = (run.stderr + run.stdout).splitlines()
+    return "\n".join(line for line in lines if not re.match(r"make(\[\d+\])?: \*\*\*", line))  # make's own
 
 
 @pytest.mark.parametrize(

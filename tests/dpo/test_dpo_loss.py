@@ -92,7 +92,7 @@ def test_the_rewards_carry_no_gradient(kata, rng, gen):
                     pick(
                         f"{text}: {name} requires grad; the rewards are for logging only: detach them "
                         "(.detach()) so that no gradient can flow through them",
-                        f"{text}：{name} 需要梯度（requires grad）；奖励只用于记录日志：请把它们 detach（.detach()），"
+                        f"{text}：{name} 需要梯度（requires_grad=True）；奖励只用于记录日志：请把它们 detach（.detach()），"
                         "让梯度无法流经它们",
                     )
                 )
