@@ -11,6 +11,8 @@ from judge.language import tr, tr_data
 from judge.testing.tolerances import SINGLE_OP
 
 MESSAGE_LIMIT = 600  # characters of a value's repr kept in a failure message
+
+
 def label(what: str) -> str:
     """What a message calls a compared value: an output's name as it is in the code; a
     description (a key the tests share across processes, so English in the data) in the
@@ -74,6 +76,8 @@ def check_tensor_kind(actual, expected: torch.Tensor, *, call: str, what: str) -
                 value=_short(actual),
             )
         )
+    if (actual.shape, actual.dtype, actual.device) == (expected.shape, expected.dtype, expected.device):
+        return  # the common case: no message to word
     facts = {"call": call, "what": label(what)}
     if actual.shape != expected.shape:
         raise mismatch(
@@ -141,7 +145,8 @@ def _compare(actual, expected: torch.Tensor, *, call: str, what: str, tolerance:
             where = _index(int(wrong.flatten().nonzero()[0]), got.shape)
             raise mismatch(
                 tr(
-                    "{call} returned {what} with {name} at index {where} ({count} of {total} elements); expected {want}",
+                    "{call} returned {what} with {name} at index {where} ({count} of {total} elements); "
+                    "expected {want}",
                     call=call,
                     what=label(what),
                     name=name,
@@ -295,6 +300,8 @@ META_DATA_ERRORS = (
 def stand_in() -> str:
     """What a call on the meta device is said to be, in the learner's language."""
     return tr(" on the meta device (a stand-in for CUDA here)")
+
+
 # Errors that say tensors of two devices were mixed: a real slip, raised on a GPU too.
 DEVICE_MIXING = ("same device", "expected device", "found at least two devices", "on device cpu")
 META_ONLY = (
