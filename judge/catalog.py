@@ -178,6 +178,11 @@ def kata_table(katas: list[Kata], lang: str = "en", paths: list | None = None) -
     return "\n\n".join(parts)
 
 
+def kata_not_named(names: list[str], example: str) -> UsageError:
+    """The error for a command given no kata: how to name one (`example`), and the names."""
+    return UsageError(tr("name the kata, e.g. {example} (the katas: {names})", example=example, names=", ".join(names)))
+
+
 def resolve_kata(text: str, names: list[str], aliases: dict[str, str] | None = None) -> str:
     """The kata a learner meant: `causal_mask`, `causal_mask.py` and `katas/causal_mask.py` all name
     causal_mask, and so does an alias in any case (`MHA`, `mha`: multi_head_attention). A word

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from judge.advice import next_step, replay_line, via_make
-from judge.catalog import Kata, kata_aliases, kata_names, kata_table, load_catalog, resolve_kata
+from judge.catalog import Kata, kata_aliases, kata_names, kata_not_named, kata_table, load_catalog, resolve_kata
 from judge.engines import default_shards
 from judge.environment import require_grading_dependencies
 from judge.errors import UsageError, usage_error
@@ -78,9 +78,7 @@ def parse_grade_args(argv: list[str], catalog: list[Kata]) -> argparse.Namespace
     aliases = kata_aliases(catalog)
     if args.kata is not None and not all(name.strip() for name in args.kata):
         example = "make check KATA=causal_mask" if via_make() else "python grader.py --kata causal_mask"
-        raise UsageError(
-            tr("name the kata, e.g. {example} (the katas: {names})", example=example, names=", ".join(names))
-        )
+        raise kata_not_named(names, example)
     args.kata = [resolve_kata(name, names, aliases) for name in args.kata] if args.kata else None
     if args.jobs < 1 or args.time_limit <= 0 or args.test_timeout <= 0:
         raise UsageError(tr("--jobs, --time-limit and --test-timeout must be positive"))

@@ -7,8 +7,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
-from judge.catalog import Kata, kata_aliases, resolve_kata
-from judge.errors import UsageError
+from judge.catalog import Kata, kata_aliases, kata_not_named, resolve_kata
 from judge.language import tr
 from judge.protocol import KataResult
 from judge.reporting import paint, printed_line, shown_diagnosis, status_word, unjudged_lines
@@ -44,9 +43,7 @@ def clock(seconds: float | None) -> str:
 def find_kata(catalog: list[Kata], name: str | None, *, example: str) -> Kata:
     names = [k.name for k in catalog]
     if not name:
-        raise UsageError(
-            tr("name the kata, e.g. {example} (the katas: {names})", example=example, names=", ".join(names))
-        )
+        raise kata_not_named(names, example)
     chosen = resolve_kata(name, names, kata_aliases(catalog))
     return next(kata for kata in catalog if kata.name == chosen)
 
