@@ -15,11 +15,7 @@ TIERS = {"core", "convention"}
 
 def kata_test_files() -> list[Path]:
     """Every test module of a kata: those whose tests declare a tier."""
-    found = []
-    for path in sorted((ROOT / "tests").rglob("*.py")):
-        if "import" in path.read_text() and "judge.testing.tiers" in path.read_text():
-            found.append(path)
-    return found
+    return [path for path in sorted((ROOT / "tests").rglob("*.py")) if "judge.testing.tiers" in path.read_text()]
 
 
 def chinese(text) -> bool:
