@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from judge.forbidden import ATTENTION
-from judge.language import pick
+from judge.language import pick, tr
 from judge.testing import modules
 from judge.testing.checks import assert_close, call_repr
 from judge.testing.diagnosis import diagnosing
@@ -246,10 +246,7 @@ def check_forward_raises(kata, built, inputs, *, reason: str, **kwargs):
         got = modules.built_module(GQA, built, forward_refused(implementation, built.recipe, inputs, kwargs))
         if "returned" in got:
             raise AssertionError(
-                pick(
-                    f"{text} returned normally; expected ValueError ({reason})",
-                    f"{text} 正常返回了；应抛出 ValueError（{reason}）",
-                )
+                tr("{call} returned normally; expected ValueError ({reason})", call=text, reason=reason)
             )
         if "ValueError" not in got["raised"]:
             raise AssertionError(
@@ -465,14 +462,11 @@ def check_gradients(kata, built, inputs: dict, upstream, reference, **kwargs) ->
         got = modules.built_module(GQA, built, got)
         if not got["requires_grad"]:
             raise AssertionError(
-                pick(
-                    f"{text}: the output does not require grad; autograd lost track of the inputs",
-                    f"{text}：输出的 requires_grad 为 False；autograd 跟丢了输入",
-                )
+                tr("{call}: the output does not require grad; autograd lost track of the inputs", call=text)
             )
         for name in inputs:
             if got["grads"].get(name) is None:
-                raise AssertionError(pick(f"{text}: no gradient reached `{name}`", f"{text}：没有梯度传到 `{name}`"))
+                raise AssertionError(tr("{call}: no gradient reached `{name}`", call=text, name=name))
         return {f"the gradient of `{name}`": got["grads"][name] for name in inputs}
 
     with diagnosing(GQA.kata, learner, built.case):

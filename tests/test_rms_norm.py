@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from judge.forbidden import RMS_NORM
-from judge.language import pick
+from judge.language import pick, tr
 from judge.testing import modules
 from judge.testing.checks import assert_close, call_repr, describe
 from judge.testing.diagnosis import diagnosing
@@ -401,7 +401,7 @@ def test_gradients_flow_back_to_the_input_and_the_weight_like_pytorch(kata, rng,
             )
         for name in ("x", "weight"):
             if got[name] is None:
-                raise AssertionError(pick(f"{call}: no gradient reached `{name}`", f"{call}：没有梯度传到 `{name}`"))
+                raise AssertionError(tr("{call}: no gradient reached `{name}`", call=call, name=name))
         return {"the gradient of `x`": got["x"], "the gradient of `weight`": got["weight"]}
 
     twin = x.clone().requires_grad_()

@@ -4,7 +4,7 @@ policy's logits (see common.py)."""
 
 import torch
 
-from judge.language import pick
+from judge.language import pick, tr
 from judge.testing.checks import describe
 from judge.testing.spec import dtypes
 from judge.testing.tiers import core
@@ -71,7 +71,7 @@ def gradients_of(implementation, text: str, logits, labels, reference, upstream,
     found = {}
     for name, grad in got["grads"].items():
         if grad is None:
-            raise AssertionError(pick(f"{text}: no gradient reached `{name}`", f"{text}：没有梯度到达 `{name}`"))
+            raise AssertionError(tr("{call}: no gradient reached `{name}`", call=text, name=name))
         found[f"the gradient of `{name}`"] = grad
     return found
 

@@ -16,7 +16,7 @@ import random
 
 import torch
 
-from judge.language import pick
+from judge.language import pick, tr
 from judge.testing import modules
 from judge.testing.checks import Mismatch, check_tensor_kind, describe, judge_on_device
 from judge.testing.diagnosis import diagnosing
@@ -239,9 +239,10 @@ def check_unchanged(sent: torch.Tensor, came, *, call: str, what: str) -> None:
     """A convention: the call left its argument as it was sent (by value)."""
     if not sent.is_meta and not same_values(sent, came):
         raise Mismatch(
-            pick(
-                f"{call} modified its `{what}` argument in place; work on a copy or an out-of-place op",
-                f"{call} 原地修改了参数 `{what}`；请在副本上操作，或使用非原地运算",
+            tr(
+                "{call} modified its `{name}` argument in place; work on a copy or an out-of-place op",
+                call=call,
+                name=what,
             ),
             what=what,
             actual=came,
@@ -360,8 +361,8 @@ def decoding_steps(trace: dict, model: Model, sequences: list, schedules: list) 
                 why = pick(
                     f"{text} raised ValueError: {call['raised']}; but {a} held + {b - a} new = {b} tokens fit in "
                     f"max_len={model.case['M']} (a cache may be filled exactly to max_len)",
-                    f"{text} 抛出了 ValueError: {call['raised']}；但已存 {a} 个 + 新来 {b - a} 个 = {b} 个 token 放得进 "
-                    f"max_len={model.case['M']}（缓存可以恰好填满到 max_len）",
+                    f"{text} 抛出了 ValueError: {call['raised']}；但已存 {a} 个 + 新来 {b - a} 个 = {b} 个 token "
+                    f"放得进 max_len={model.case['M']}（缓存可以恰好填满到 max_len）",
                 )
                 return [*steps, (text, {"failure": why})]
             kept = None if meta else all(same_storage(b_, f) for b_, f in zip(call["buffers"], trace["buffers"]))
