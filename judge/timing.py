@@ -73,8 +73,10 @@ def measure(benchmark, kata, reference, devices: list[str], *, rounds: int, thre
     ratio_low/high its quartiles. The kata's side runs where `kata` lives (the kata process:
     kata_side), the reference's here, from the benchmark built with `reference` (the solution:
     the benchmark makes both calls, and this side uses the reference's), in alternating rounds
-    at the same thread count. A benchmark may return a third callable, giving {label: text} to
-    report beside the times (a peak memory next to a naive implementation's, say)."""
+    at the same thread count. A benchmark may return a third callable (or None), giving {label: text} to
+    report beside the times, measured in the kata process (the kata's word: the largest tensor
+    it made, say), and a fourth, measured here on the reference's benchmark (a yardstick that
+    needs no kata: a dense formula, or autograd, which a backward kata's process has removed)."""
     import torch
 
     before = torch.get_num_threads()
@@ -102,8 +104,10 @@ def measure(benchmark, kata, reference, devices: list[str], *, rounds: int, thre
                 "reliable": spread <= UNRELIABLE_SPREAD,
                 "threads": threads if device == "cpu" else None,
             }
-            if extra:
-                notes = kata_side(kata, benchmark, device, threads, notes=True)["notes"] or {}
+            kata_notes, reference_notes = (list(extra) + [None, None])[:2]
+            notes = kata_side(kata, benchmark, device, threads, notes=True)["notes"] if kata_notes else None
+            notes = (notes or {}) | (reference_notes() if reference_notes else {})
+            if notes:
                 timing[device]["notes"] = {str(k): str(v) for k, v in notes.items()}
         return timing
     finally:
