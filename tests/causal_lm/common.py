@@ -74,10 +74,12 @@ ASKS = pick(
 # the full-pass, loss and decoding tests (edge cases included), on the solution and both
 # variants, the worst |error| / (atol + rtol |expected|): float32 0.23 (logits, the variant
 # whose LayerNorm is written by hand; 0.07 for the solution and the other), loss 0.005;
-# float64 0.024. The hidden draws keep d_model >= 4: LayerNorm over 2 values is
-# ill-conditioned (float32 off by 5e-4 there). The float64 rule: in the core tier float64
-# results are judged with float32's tolerance; float64's own judges them in the one test of
-# that convention.
+# float64 0.024. The hidden draws keep d_model >= 5: the fewer values a LayerNorm spans, the
+# heavier the tail of float32's error. Measured on PyTorch's own modules in float32 against
+# float64, 3,000 random models: d_model 4 reached 1.67 of these (once in 241; the solution
+# failed seed 622539 so), 5 and 6 at most 0.13, 8 and more at most 0.05; over 2 values,
+# 5e-4 off. The float64 rule: in the core tier float64 results are judged with float32's
+# tolerance; float64's own judges them in the one test of that convention.
 TOLERANCES = per_dtype(float64=(1e-12, 1e-12), float32=(5e-5, 5e-5))
 # The loss against F.cross_entropy of the learner's OWN logits (computed in float64, rounded
 # to their dtype): only the cross-entropy's own rounding, so PyTorch's single-op tolerances in
@@ -197,7 +199,7 @@ def hidden_sizes(rng, count: int) -> list[dict]:
     cases = []
     for index in range(count):
         H = rng.randint(1, 4)
-        hs = rng.choice([n for n in range(2, 7) if n != H and n * H >= 4])  # LayerNorm over 2 values is ill-conditioned
+        hs = rng.choice([n for n in range(2, 7) if n != H and n * H >= 5])  # LayerNorm over few values: see TOLERANCES
         E = H * hs
         T = rng.choice([n for n in range(4, 12) if n != E])
         B = rng.choice([n for n in range(1, 5) if n != T])
@@ -225,7 +227,7 @@ EDGES = (  # the most telling first: the first failure shown is the first edge c
     edge("two layers, odd head size, the sequence fills max_len", "两层，头大小为奇数，序列恰好填满 max_len",
          B=2, T=7, P=3, V=11, E=10, H=2, layers=2, M=7, F=13),
     edge("head size 1, a vocabulary smaller than d_model", "头大小为 1，词表小于 d_model",
-         B=2, T=5, P=2, V=3, E=4, H=4, layers=1, M=9, F=6),
+         B=2, T=5, P=2, V=3, E=5, H=5, layers=1, M=9, F=6),
     edge("one head, three layers, a one-token prefix", "单头，三层，前缀只有一个 token",
          B=3, T=6, P=1, V=9, E=5, H=1, layers=3, M=8, F=7),
     edge("one sequence of one token", "一条只有一个 token 的序列",
