@@ -35,8 +35,7 @@ from judge.testing.checks import Mismatch, assert_close, check_tensor_kind, desc
 from judge.testing.functions import FunctionKata
 from judge.testing.inputs import randn
 from judge.testing.scenarios import scenario
-from judge.testing.spec import FLOAT64_RULE, CaseTable, KataSpec, core_dtype, dtypes, edge
-from judge.testing.tiers import convention, core
+from judge.testing.spec import CaseTable, KataSpec, core_dtype, edge
 from judge.testing.tolerances import per_dtype
 
 FULL = [torch.float32, torch.float64]
@@ -59,6 +58,8 @@ EXPLICIT_EPS = (1e-6, 1e-5, 1e-4, 1e-3)
 # bfloat16 7.8e-3 on outputs up to 4 (one ulp, the final rounding: 0.33 and 0.19 of the
 # allowed, about 2 ulps).
 TOLERANCES = per_dtype(float64=(1e-13, 1e-13), float32=(1.3e-6, 2e-5), float16=(2e-3, 2e-3), bfloat16=(1.6e-2, 1.6e-2))
+# ... and no less than this many roundoffs times the call's condition (forward_tolerance).
+CONDITION_ULPS = 6
 # Backward: rtol, and atol per unit of the size of the terms each gradient sums (see
 # gradient_scales: grad_input is rstd * (grad_x_hat - its row mean - x_hat * the row mean of
 # grad_x_hat * x_hat), terms that cancel, so its error follows the terms, not the result).
@@ -169,11 +170,36 @@ def forward_call(args: dict) -> tuple[tuple, dict]:
     return (args["x"], args["normalized_shape"]), {k: args[k] for k in ("weight", "bias", "eps") if k in args}
 
 
+def forward_tolerance(args: dict, *, float64_throughout: bool = False) -> dict:
+    """TOLERANCES for x's dtype (the core tier's: FLOAT64_RULE), its atol raised where the
+    call's rows are ill-conditioned. x - mean carries the rounding of the mean, up to one unit
+    of the compute dtype's roundoff u on max|x| (float32 for half precision), and rstd scales
+    it: the honest error grows as u * max|x_row| * rstd_row * |weight|, the row's condition.
+    The test's rows keep it below about 7 (a mean at most 3 spreads away), where atol holds;
+    but two values that nearly coincide give rstd up to 1/sqrt(eps): seed 700004 drew one at
+    690, and the solution's output was off by 3.0e-5 there (atol 2e-5). One element: x - mean
+    is exactly 0 whatever x is."""
+    x, shape = args["x"].double(), args["normalized_shape"]
+    judged = core_dtype(args["x"].dtype, float64_throughout)
+    tolerance = dict(TOLERANCES[judged])
+    dims = 1 if isinstance(shape, int) else len(tuple(shape))
+    rows = x.reshape(*x.shape[: x.dim() - dims], -1)
+    if rows.numel() == 0 or rows.shape[-1] == 1:
+        return tolerance
+    rstd = torch.rsqrt(rows.var(-1, unbiased=False) + args.get("eps", 1e-5))
+    condition = float((rows.abs().amax(-1) * rstd).max())
+    weight = float(args["weight"].double().abs().max()) if args.get("weight") is not None else 1.0
+    u = torch.finfo(torch.float64 if judged == torch.float64 else torch.float32).eps
+    tolerance["atol"] = max(tolerance["atol"], CONDITION_ULPS * u * condition * weight)
+    return tolerance
+
+
 def check_forward(kata, args: dict, case, *, float64_throughout: bool = False) -> None:
     want = forward_reference(**args)
+    tolerance = forward_tolerance(args, float64_throughout=float64_throughout)
     positional, keywords = forward_call(args)
     with LN.judging(kata, *positional, symbol="layer_norm", sizes=sizes_of(case), **keywords) as call:
-        SPEC.assert_close(call["output"], want, call=call.text, what="output", float64_throughout=float64_throughout)
+        SPEC.assert_close(call["output"], want, call=call.text, what="output", tolerance=tolerance)
 
 
 def forward_args(gen, case, dtype, device, *, shape=None, weight=True, bias=True, eps=None, spreads=FORWARD_SPREADS):
@@ -390,7 +416,8 @@ SPEC = KataSpec(
     tolerances=TOLERANCES,
     tolerance_note=(
         "the forward's (solution and variants measured at most 4.4e-6 in float32, one ulp in half "
-        "precision); the backward's atol is per unit of its terms' size, rstd * |grad_output * weight| * "
+        "precision), its atol at least 6 roundoffs times the call's condition max|x| * rstd * |weight| "
+        "(two values that nearly coincide); the backward's atol is per unit of its terms' size, rstd * |grad_output * weight| * "
         "(1 + max|x| * rstd) for grad_input (terms that cancel): float32 1e-6, measured at most 2.0e-7"
     ),
     cases=CASES,
@@ -406,186 +433,3 @@ LN = FunctionKata(
         "layer_norm_backward": ("grad_output", "x", "normalized_shape", "weight", "eps"),
     },
 )
-
-
-# --------------------------------------------------------------------------- forward tests
-
-
-@core(zh="带 weight 和 bias 时与 F.layer_norm 一致")
-@dtypes(*FULL)
-def test_matches_f_layer_norm_with_a_weight_and_a_bias(kata, rng, gen, dtype, device):
-    """The default eps (1e-5), normalized_shape as an int, tuple, list or torch.Size."""
-    for case in CASES.cases(rng):
-        with case.judged():
-            shape = passed_as(rng, tuple(case["shape"]))
-            check_forward(kata, forward_args(gen, case, dtype, device, shape=shape), case)
-
-
-@core(zh="weight 和 bias 都可以省略")
-@dtypes(*FULL)
-def test_weight_and_bias_are_each_optional(kata, rng, gen, dtype, device):
-    """None for either or both: no scaling, nothing added."""
-    combinations = [(False, False), (True, False), (False, True)]
-    for index, case in enumerate(CASES.cases(rng)):
-        with case.judged():
-            weight, bias = combinations[index % 3]
-            check_forward(kata, forward_args(gen, case, dtype, device, weight=weight, bias=bias), case)
-
-
-@core(zh="在方差很小的行上，eps 位于平方根之内")
-@dtypes(*FULL)
-def test_eps_goes_inside_the_square_root_on_rows_of_small_variance(kata, rng, gen, dtype, device):
-    """Every row of spread 3e-3 (a variance of 9e-6); eps from 1e-6 to 1e-3, given explicitly."""
-    for case in CASES.cases(rng):
-        with case.judged():
-            eps = rng.choice(EXPLICIT_EPS)
-            check_forward(kata, forward_args(gen, case, dtype, device, eps=eps, spreads=(SMALL,)), case)
-
-
-# --------------------------------------------------------------------------- backward tests
-
-
-@core(zh="梯度与经过 F.layer_norm 的 autograd 一致")
-@dtypes(*FULL)
-def test_gradients_match_autograd_through_f_layer_norm(kata, rng, gen, dtype, device):
-    """With a weight: grad_input, grad_weight and grad_bias, the default eps."""
-    for case in CASES.cases(rng):
-        with case.judged():
-            shape = passed_as(rng, tuple(case["shape"]))
-            check_backward(kata, backward_args(gen, case, dtype, device, shape=shape), case)
-
-
-@core(zh="没有 weight 时 grad_weight 和 grad_bias 为 None")
-@dtypes(*FULL)
-def test_without_a_weight_grad_weight_and_grad_bias_are_none(kata, rng, gen, dtype, device):
-    for case in CASES.cases(rng):
-        with case.judged():
-            check_backward(kata, backward_args(gen, case, dtype, device, weight=False), case)
-
-
-@core(zh="反向传播中，在方差很小的行上 eps 位于平方根之内")
-@dtypes(*FULL)
-def test_backward_eps_goes_inside_the_square_root_on_rows_of_small_variance(kata, rng, gen, dtype, device):
-    """Every row of spread 3e-3; eps from 1e-6 to 1e-3 given explicitly, with and without a weight."""
-    for index, case in enumerate(CASES.cases(rng)):
-        with case.judged():
-            args = backward_args(
-                gen, case, dtype, device, spread=SMALL, weight=index % 3 != 1, eps=rng.choice(EXPLICIT_EPS)
-            )
-            check_backward(kata, args, case)
-
-
-# --------------------------------------------------------------------------- conventions
-
-HALF_RULE = "float16 and bfloat16 inputs are computed in float32 and the result cast back to the input's dtype"
-
-
-@convention(HALF_RULE, zh="半精度在 float32 中计算，再转换回原 dtype")
-@dtypes(*HALF)
-def test_half_precision_is_computed_in_float32_and_cast_back(kata, rng, gen, dtype):
-    """Rows of spread 300 among the others: their squares overflow float16."""
-    for index, case in enumerate(CASES.cases(rng)):
-        with case.judged():
-            options = {"eps": rng.choice(EXPLICIT_EPS)} if index % 2 else {}
-            check_forward(kata, forward_args(gen, case, dtype, "cpu", **options), case)
-
-
-@convention(HALF_RULE, zh="半精度的反向传播在 float32 中计算，再转换回原 dtype")
-@dtypes(*HALF)
-def test_backward_in_half_precision_is_computed_in_float32_and_cast_back(kata, rng, gen, dtype):
-    """float16 rows of spread 300: their squares overflow float16."""
-    for index, case in enumerate(CASES.cases(rng)):
-        with case.judged():
-            spread = LARGE if dtype == torch.float16 and index % 2 == 0 else ORDINARY
-            check_backward(kata, backward_args(gen, case, dtype, "cpu", spread=spread, weight=index % 3 != 1), case)
-
-
-@convention(FLOAT64_RULE, zh="float64 输入全程以 float64 计算")
-def test_float64_inputs_are_computed_in_float64_throughout(kata, rng, gen):
-    """The forward and the backward (with and without a weight, rows of ordinary and of
-    small variance), held to float64's own tolerances."""
-    for index, case in enumerate(CASES.cases(rng, 2)):
-        with case.judged():
-            eps = rng.choice(EXPLICIT_EPS)
-            check_forward(kata, forward_args(gen, case, torch.float64, "cpu", eps=eps), case, float64_throughout=True)
-            args = backward_args(gen, case, torch.float64, "cpu", weight=index % 2 == 0)
-            check_backward(kata, args, case, float64_throughout=True)
-            args = backward_args(gen, case, torch.float64, "cpu", spread=SMALL, weight=index % 2 == 1, eps=eps)
-            check_backward(kata, args, case, float64_throughout=True)
-
-
-@convention(
-    "layer_norm_backward works under torch.no_grad(), as the grader times it",
-    zh="反向函数在 torch.no_grad() 下、对不需要梯度的输入也能运行",
-)
-def test_backward_works_under_no_grad_on_inputs_that_do_not_require_grad(kata, rng, gen):
-    """The gradients come from the learner's own formulas (autograd, in any form, is refused
-    by the AUTOGRAD rules in every test)."""
-    case = CASES.random(rng)[1]
-    args = backward_args(gen, case, torch.float64, "cpu", eps=rng.choice(EXPLICIT_EPS))
-    want, scales = backward_reference(**args), gradient_scales(**args)
-    positional, keywords = backward_call(args)
-    text = LN.text("layer_norm_backward", positional, keywords) + pick(
-        " under torch.no_grad()", "（在 torch.no_grad() 下）"
-    )
-
-    def replay(implementation) -> dict:
-        return triple(backward_under_no_grad(implementation, positional, keywords), text)
-
-    with SPEC.diagnosing(replay, sizes_of(case)):
-        judge_gradients(text, replay(kata), want, scales)
-
-
-@convention("results follow the inputs' device.", zh="结果跟随输入的 dtype 和设备")
-def test_results_follow_the_dtype_and_device_of_the_inputs(kata, other_device):
-    """Each result has its input's shape, dtype and device (on "meta" without a GPU: no values)."""
-    case = EDGES[0]  # fixed: a verdict on the meta stand-in must not depend on the seed
-    for dtype in FULL:
-
-        def forward(device, dtype=dtype):
-            return forward_call(forward_args(torch.Generator().manual_seed(0), case, dtype, device))
-
-        def backward(device, dtype=dtype):
-            return backward_args(torch.Generator().manual_seed(1), case, dtype, device)
-
-        LN.on_device(
-            kata,
-            other_device,
-            make=forward,
-            expected=lambda device, forward=forward: {"output": forward_reference_of(*forward(device))},
-            compare=SPEC.assert_close,
-            symbol="layer_norm",
-            sizes=sizes_of(case),
-        )
-        scales = gradient_scales(**backward("cpu"))
-
-        def compare(got, want, *, call: str, what: str) -> None:
-            assert_close(got, want, call=call, what=what, tolerance=grad_tolerance(want.dtype, scales[what]))
-
-        LN.on_device(
-            kata,
-            other_device,
-            make=lambda device, backward=backward: backward_call(backward(device)),
-            expected=lambda device, backward=backward: ordered(backward_reference(**backward(device))),
-            compare=compare,
-            symbol="layer_norm_backward",
-            sizes=sizes_of(case),
-        )
-
-
-def ordered(gradients: dict) -> dict:
-    """The gradients in dependency order (see ORDER)."""
-    return {name: gradients[name] for name in ORDER}
-
-
-@convention("x, weight and bias (and layer_norm_backward's grad_output) are never changed in place.", zh="不修改输入")
-def test_does_not_modify_its_inputs(kata, rng, gen):
-    """Both functions, in every dtype, with and without a weight."""
-    case = CASES.random(rng)[0]
-    for dtype in (*FULL, *HALF):
-        for weight in (True, False):
-            forward = forward_call(forward_args(gen, case, dtype, "cpu", weight=weight, bias=weight, eps=1e-4))
-            backward = backward_call(backward_args(gen, case, dtype, "cpu", weight=weight, eps=1e-4))
-            for symbol, (positional, keywords) in (("layer_norm", forward), ("layer_norm_backward", backward)):
-                with LN.judging(kata, *positional, symbol=symbol, sizes=sizes_of(case), **keywords) as call:
-                    LN.assert_inputs_unchanged(call, positional, keywords, symbol=symbol)
