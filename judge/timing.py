@@ -93,10 +93,11 @@ def measure(benchmark, kata, reference, devices: list[str], *, rounds: int, thre
     ratio_low/high its quartiles. The kata's side runs where `kata` lives (the kata process:
     kata_side), the reference's here, from the benchmark built with `reference` (the solution:
     the benchmark makes both calls, and this side uses the reference's), in alternating rounds
-    at the same thread count. A benchmark may return a third callable (or None), giving {label: text} to
-    report beside the times, measured in the kata process (the kata's word: the largest tensor
-    it made, say), and a fourth, measured here on the reference's benchmark (a yardstick that
-    needs no kata: a dense formula, or autograd, which a backward kata's process has removed)."""
+    at the same thread count. A benchmark may return a third callable (or None) giving
+    {label: text} to report beside the times, measured in the kata process (the kata's word:
+    the largest tensor it made, say), and a fourth, measured here on the reference's benchmark
+    (a yardstick that needs no kata: a dense formula, or autograd, which a backward kata's
+    process has removed)."""
     import torch
 
     steady_allocator()

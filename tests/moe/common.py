@@ -423,9 +423,9 @@ class FastReference(Reference):
 
 def benchmark(kata, device):
     """(kata call, reference call, None, the reference side's notes): x [8, 128, 512], 8 experts
-    of d_ff 1024, top 2, in float32, eval() mode. PyTorch has no MoE: the reference is Hugging Face's
-    MixtralSparseMoeBlock forward rewritten in the test (the same float32 weights); the notes
-    time the dense formula the tests judge against (every expert on every token), what a
+    of d_ff 1024, top 2, in float32, eval() mode. PyTorch has no MoE: the reference is Hugging
+    Face's MixtralSparseMoeBlock forward rewritten in the test (the same float32 weights); the
+    notes time the dense formula the tests judge against (every expert on every token), what a
     sparse layer saves."""
     B, T, C, d_ff, E, k = 8, 128, 512, 1024, 8, 2
     reference = FastReference(C, d_ff, E, k, dtype=torch.float32).to(device).eval()
