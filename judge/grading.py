@@ -148,7 +148,7 @@ def grade_command(argv: list[str]) -> int:
             seed=seed,
             device=args.device,
             limits=limits,
-            workers=min(args.jobs, len(jobs)),
+            workers=args.jobs,
             fork=fork,
             progress=status,
             on_result=rows,

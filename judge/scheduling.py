@@ -206,6 +206,9 @@ def _grade_copies(
     env: dict | None = None,
     shards: int = 1,
 ) -> list[KataResult]:
+    if not jobs:
+        return []
+    workers = min(workers, len(jobs))  # each worker starts a fork server: none beyond the jobs
     tell = _serialised(progress)
     lock_results = threading.Lock()
     threads = 1 if workers > 1 else None  # parallel processes: one thread each, no oversubscription
