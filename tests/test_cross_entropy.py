@@ -90,39 +90,27 @@ def tolerance(
 # "contiguous", or "transposed" (made [N, *d, C], then the classes moved to dim 1, as
 # logits.transpose(1, 2) gives for a [B, T, V] tensor).
 
+# fmt: off
 EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
     # T = V: a log-softmax or a gather over the wrong dim still runs here (and gives wrong values)
-    edge(
-        "[B, T, V] logits passed as logits.transpose(1, 2), T = V",
-        "[B, T, V] 的 logits 以 logits.transpose(1, 2) 传入，T = V",
-        N=2,
-        C=6,
-        d=[6],
-        layout="transposed",
-    ),
-    edge(
-        "[B, T, V] logits passed as logits.transpose(1, 2), odd sizes",
-        "[B, T, V] 的 logits 以 logits.transpose(1, 2) 传入，奇数尺寸",
-        N=3,
-        C=11,
-        d=[5],
-        layout="transposed",
-    ),
-    edge("two extra dims: [N, C, d1, d2]", "两个额外维：[N, C, d1, d2]", N=3, C=5, d=[7, 2], layout="contiguous"),
-    edge(
-        "one sample: input [C], a 0-d target", "单个样本：input 为 [C]，target 为 0 维", C=9, d=[], layout="contiguous"
-    ),
-    edge("[N, C], more samples than classes", "[N, C]，样本数多于类别数", N=13, C=3, d=[], layout="contiguous"),
-    edge("size 1: N = 1, d1 = 1", "大小为 1：N = 1，d1 = 1", N=1, C=4, d=[1], layout="contiguous"),
-    edge(
-        "one class (C = 1): every loss is 0",
-        "只有一个类别（C = 1）：每个损失都是 0",
-        N=5,
-        C=1,
-        d=[],
-        layout="contiguous",
-    ),
+    edge("[B, T, V] logits passed as logits.transpose(1, 2), T = V",
+         "[B, T, V] 的 logits 以 logits.transpose(1, 2) 传入，T = V",
+         N=2, C=6, d=[6], layout="transposed"),
+    edge("[B, T, V] logits passed as logits.transpose(1, 2), odd sizes",
+         "[B, T, V] 的 logits 以 logits.transpose(1, 2) 传入，奇数尺寸",
+         N=3, C=11, d=[5], layout="transposed"),
+    edge("two extra dims: [N, C, d1, d2]", "两个额外维：[N, C, d1, d2]",
+         N=3, C=5, d=[7, 2], layout="contiguous"),
+    edge("one sample: input [C], a 0-d target", "单个样本：input 为 [C]，target 为 0 维",
+         C=9, d=[], layout="contiguous"),
+    edge("[N, C], more samples than classes", "[N, C]，样本数多于类别数",
+         N=13, C=3, d=[], layout="contiguous"),
+    edge("size 1: N = 1, d1 = 1", "大小为 1：N = 1，d1 = 1",
+         N=1, C=4, d=[1], layout="contiguous"),
+    edge("one class (C = 1): every loss is 0", "只有一个类别（C = 1）：每个损失都是 0",
+         N=5, C=1, d=[], layout="contiguous"),
 )
+# fmt: on
 
 
 def hidden_sizes(rng, count: int) -> list[dict]:

@@ -141,50 +141,22 @@ def hidden_cases(rng, count: int) -> list[dict]:
     return cases
 
 
+# fmt: off
 EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
-    edge(
-        "blocks that divide neither L nor S, two leading dims",
-        "块大小既不整除 L 也不整除 S，两个前导维",
-        lead=[2, 3],
-        L=23,
-        S=19,
-        E=8,
-        Ev=6,
-        block=5,
-    ),
-    edge(
-        "more keys than queries: whole key blocks in the future",
-        "键比查询多：有整块的键位于未来",
-        lead=[3],
-        L=6,
-        S=17,
-        E=5,
-        Ev=7,
-        block=4,
-    ),
-    edge("blocks that divide L and S exactly", "块大小恰好整除 L 和 S", lead=[2], L=12, S=8, E=6, Ev=9, block=4),
-    edge("block_size 1, head size 1", "block_size 为 1，头维度为 1", lead=[2], L=5, S=7, E=1, Ev=2, block=1),
-    edge(
-        "one query, no leading dims, a block larger than S",
-        "只有一个查询，没有前导维，块比 S 大",
-        lead=[],
-        L=1,
-        S=6,
-        E=4,
-        Ev=3,
-        block=8,
-    ),
-    edge(
-        "one key, value size 1, a leading dim of 1",
-        "只有一个键，value 维度为 1，有一个大小为 1 的前导维",
-        lead=[4, 1],
-        L=7,
-        S=1,
-        E=3,
-        Ev=1,
-        block=3,
-    ),
+    edge("blocks that divide neither L nor S, two leading dims", "块大小既不整除 L 也不整除 S，两个前导维",
+         lead=[2, 3], L=23, S=19, E=8, Ev=6, block=5),
+    edge("more keys than queries: whole key blocks in the future", "键比查询多：有整块的键位于未来",
+         lead=[3], L=6, S=17, E=5, Ev=7, block=4),
+    edge("blocks that divide L and S exactly", "块大小恰好整除 L 和 S",
+         lead=[2], L=12, S=8, E=6, Ev=9, block=4),
+    edge("block_size 1, head size 1", "block_size 为 1，头维度为 1",
+         lead=[2], L=5, S=7, E=1, Ev=2, block=1),
+    edge("one query, no leading dims, a block larger than S", "只有一个查询，没有前导维，块比 S 大",
+         lead=[], L=1, S=6, E=4, Ev=3, block=8),
+    edge("one key, value size 1, a leading dim of 1", "只有一个键，value 维度为 1，有一个大小为 1 的前导维",
+         lead=[4, 1], L=7, S=1, E=3, Ev=1, block=3),
 )
+# fmt: on
 
 
 def make_inputs(gen, case, dtype, device="cpu"):

@@ -72,30 +72,24 @@ def hidden_sizes(rng, count: int) -> list[dict]:
     return cases
 
 
+# fmt: off
 EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
-    edge(
-        "two kv heads, each shared by two consecutive query heads (.repeat differs from .repeat_interleave)",
-        "两个 kv 头，各由两个相邻的查询头共享（.repeat 与 .repeat_interleave 结果不同）",
-        B=2,
-        T=5,
-        E=12,
-        H=4,
-        KV=2,
-    ),
-    edge("multi-query: one kv head for every query head", "多查询：所有查询头共用一个 kv 头", B=3, T=6, E=6, H=3, KV=1),
-    edge(
-        "multi-head: as many kv heads as query heads (num_kv_heads left to its default)",
-        "多头：kv 头与查询头一样多（num_kv_heads 取默认值）",
-        B=2,
-        T=4,
-        E=10,
-        H=2,
-        KV=2,
-    ),
-    edge("head size 1, three kv heads", "头大小为 1，三个 kv 头", B=2, T=3, E=6, H=6, KV=3),
-    edge("one head", "一个头", B=3, T=4, E=5, H=1, KV=1),
-    edge("one sequence, one position", "一个序列，一个位置", B=1, T=1, E=8, H=4, KV=2),
+    edge("two kv heads, each shared by two consecutive query heads (.repeat differs from .repeat_interleave)",
+         "两个 kv 头，各由两个相邻的查询头共享（.repeat 与 .repeat_interleave 结果不同）",
+         B=2, T=5, E=12, H=4, KV=2),
+    edge("multi-query: one kv head for every query head", "多查询：所有查询头共用一个 kv 头",
+         B=3, T=6, E=6, H=3, KV=1),
+    edge("multi-head: as many kv heads as query heads (num_kv_heads left to its default)",
+         "多头：kv 头与查询头一样多（num_kv_heads 取默认值）",
+         B=2, T=4, E=10, H=2, KV=2),
+    edge("head size 1, three kv heads", "头大小为 1，三个 kv 头",
+         B=2, T=3, E=6, H=6, KV=3),
+    edge("one head", "一个头",
+         B=3, T=4, E=5, H=1, KV=1),
+    edge("one sequence, one position", "一个序列，一个位置",
+         B=1, T=1, E=8, H=4, KV=2),
 )
+# fmt: on
 CASES = CaseTable(draw=hidden_sizes, edges=EDGES, draws=3)
 
 # --------------------------------------------------------------------------- the reference

@@ -95,29 +95,23 @@ def gradient_tolerance(expected: torch.Tensor, *, float64_throughout=False) -> d
 # rows' masks have zeros inside their completion (never a whole row: empty rows are the
 # convention test's).
 
+# fmt: off
 EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
     # groups of 2 (the smallest), three reward kinds, lengths 1..7
-    edge("groups of 2, rows of different lengths", "每组 2 个，各行长度不同", N=3, G=2, T=7, holes=False),
+    edge("groups of 2, rows of different lengths", "每组 2 个，各行长度不同",
+         N=3, G=2, T=7, holes=False),
     # B = T: an advantage applied per token position instead of per row still broadcasts
-    edge(
-        "B = T = 6: each advantage goes with its row, not a token position",
-        "B = T = 6：每个优势值跟着它的行走，而不是跟着某个 token 位置",
-        N=2,
-        G=3,
-        T=6,
-        holes=False,
-    ),
-    edge("one prompt (N = 1), a group of 8", "只有一个提示词（N = 1），一组 8 个", N=1, G=8, T=5, holes=False),
-    edge("one token per completion (T = 1)", "每个补全只有一个 token（T = 1）", N=3, G=4, T=1, holes=False),
-    edge(
-        "odd sizes, every reward kind, holes in the masks",
-        "奇数尺寸，每种奖励都有，掩码中有空洞",
-        N=5,
-        G=5,
-        T=9,
-        holes=True,
-    ),
+    edge("B = T = 6: each advantage goes with its row, not a token position",
+         "B = T = 6：每个优势值跟着它的行走，而不是跟着某个 token 位置",
+         N=2, G=3, T=6, holes=False),
+    edge("one prompt (N = 1), a group of 8", "只有一个提示词（N = 1），一组 8 个",
+         N=1, G=8, T=5, holes=False),
+    edge("one token per completion (T = 1)", "每个补全只有一个 token（T = 1）",
+         N=3, G=4, T=1, holes=False),
+    edge("odd sizes, every reward kind, holes in the masks", "奇数尺寸，每种奖励都有，掩码中有空洞",
+         N=5, G=5, T=9, holes=True),
 )
+# fmt: on
 
 
 def hidden_sizes(rng, count: int) -> list[dict]:

@@ -171,35 +171,20 @@ BLOCK = ModuleKata(
 # passed: "default" (none: arange(T)), "offset" (arange(o, o + T)), "gaps" (increasing, not
 # contiguous), "unsorted" (distinct, in no order).
 
+# fmt: off
 EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
-    edge(
-        "6 query heads share 2 kv heads, positions from 7",
-        "6 个查询头共享 2 个 kv 头，位置从 7 开始",
-        B=2,
-        T=7,
-        C=24,
-        H=6,
-        KV=2,
-        F=37,
-        pos="offset",
-    ),
-    edge(
-        "multi-query: one kv head, positions with gaps",
-        "多查询：一个 kv 头，位置有间隔",
-        B=3,
-        T=5,
-        C=12,
-        H=3,
-        KV=1,
-        F=19,
-        pos="gaps",
-    ),
-    edge(
-        "multi-head: as many kv heads as heads", "多头：kv 头与头一样多", B=2, T=6, C=10, H=5, KV=5, F=9, pos="default"
-    ),
-    edge("one position", "一个位置", B=2, T=1, C=8, H=2, KV=1, F=11, pos="offset"),
-    edge("one sequence, one head", "一个序列，一个头", B=1, T=9, C=6, H=1, KV=1, F=13, pos="default"),
+    edge("6 query heads share 2 kv heads, positions from 7", "6 个查询头共享 2 个 kv 头，位置从 7 开始",
+         B=2, T=7, C=24, H=6, KV=2, F=37, pos="offset"),
+    edge("multi-query: one kv head, positions with gaps", "多查询：一个 kv 头，位置有间隔",
+         B=3, T=5, C=12, H=3, KV=1, F=19, pos="gaps"),
+    edge("multi-head: as many kv heads as heads", "多头：kv 头与头一样多",
+         B=2, T=6, C=10, H=5, KV=5, F=9, pos="default"),
+    edge("one position", "一个位置",
+         B=2, T=1, C=8, H=2, KV=1, F=11, pos="offset"),
+    edge("one sequence, one head", "一个序列，一个头",
+         B=1, T=9, C=6, H=1, KV=1, F=13, pos="default"),
 )
+# fmt: on
 KINDS = ("offset", "gaps", "default")
 
 

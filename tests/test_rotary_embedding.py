@@ -60,84 +60,32 @@ def tolerance(
 # dimension's stride is T). positions: "default" (omitted: arange(T)), "from N" (arange(N,
 # N + T), decoding after N tokens), "every other from N" (a strided view: arange(N, N + 2T)
 # [::2]), "scattered below N" (random, unsorted, repeats allowed).
+# fmt: off
 EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
-    edge(
-        "a transposed q decoding from 100, odd D/2",
-        "转置过的 q，从位置 100 开始解码，D/2 为奇数",
-        lead=[2, 3],
-        T=7,
-        D=10,
-        x="transposed q",
-        positions="from 100",
-        base=10000.0,
-    ),
+    edge("a transposed q decoding from 100, odd D/2", "转置过的 q，从位置 100 开始解码，D/2 为奇数",
+         lead=[2, 3], T=7, D=10, x="transposed q", positions="from 100", base=10000.0),
     # Positions made in a half dtype round to even numbers past 2048 (float16), to multiples
     # of 16 past 2048 (bfloat16): their angles are then off by radians.
-    edge(
-        "past half precision's exact integers",
-        "超出半精度能精确表示的整数",
-        lead=[2],
-        T=6,
-        D=8,
-        x="contiguous",
-        positions="every other from 2049",
-        base=10000.0,
-    ),
-    edge(
-        "one pair (D = 2)",
-        "一对坐标（D = 2）",
-        lead=[5],
-        T=9,
-        D=2,
-        x="contiguous",
-        positions="default",
-        base=10000.0,
-    ),
-    edge(
-        "one token (T = 1) at position 37",
-        "位置 37 上的一个 token（T = 1）",
-        lead=[4],
-        T=1,
-        D=12,
-        x="contiguous",
-        positions="from 37",
-        base=10000.0,
-    ),
-    edge(
-        "base 500, no leading dims, scattered positions",
-        "base 500，无前导维度，位置分散",
-        lead=[],
-        T=12,
-        D=16,
-        x="contiguous",
-        positions="scattered below 600",
-        base=500.0,
-    ),
+    edge("past half precision's exact integers", "超出半精度能精确表示的整数",
+         lead=[2], T=6, D=8, x="contiguous", positions="every other from 2049", base=10000.0),
+    edge("one pair (D = 2)", "一对坐标（D = 2）",
+         lead=[5], T=9, D=2, x="contiguous", positions="default", base=10000.0),
+    edge("one token (T = 1) at position 37", "位置 37 上的一个 token（T = 1）",
+         lead=[4], T=1, D=12, x="contiguous", positions="from 37", base=10000.0),
+    edge("base 500, no leading dims, scattered positions", "base 500，无前导维度，位置分散",
+         lead=[], T=12, D=16, x="contiguous", positions="scattered below 600", base=500.0),
 )
+# fmt: on
 # A head dimension with a stride is a layout convention, not the math: Meta's Llama code
 # (view_as_complex on x.reshape(..., D/2, 2)) raises there, and is right everywhere else.
+# fmt: off
 STRIDED = (
-    edge(
-        "one pair (D = 2), the head dim strided",
-        "一对坐标（D = 2），头维度带步长",
-        lead=[5],
-        T=9,
-        D=2,
-        x="last dim strided",
-        positions="default",
-        base=10000.0,
-    ),
-    edge(
-        "no leading dims, the head dim strided, scattered positions",
-        "无前导维度，头维度带步长，位置分散",
-        lead=[],
-        T=12,
-        D=16,
-        x="last dim strided",
-        positions="scattered below 600",
-        base=500.0,
-    ),
+    edge("one pair (D = 2), the head dim strided", "一对坐标（D = 2），头维度带步长",
+         lead=[5], T=9, D=2, x="last dim strided", positions="default", base=10000.0),
+    edge("no leading dims, the head dim strided, scattered positions", "无前导维度，头维度带步长，位置分散",
+         lead=[], T=12, D=16, x="last dim strided", positions="scattered below 600", base=500.0),
 )
+# fmt: on
 
 
 def hidden_cases(rng, count: int) -> list[dict]:

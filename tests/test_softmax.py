@@ -95,68 +95,30 @@ def tolerance(name: str, x: torch.Tensor, *, float64_throughout: bool = False) -
 
 # values: how each row is made (see make_input). layout: "contiguous", or "transposed" (the
 # same values in a view whose last two dims are swapped in memory).
+# fmt: off
 EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
-    edge(
-        "scores of +-1e4: exp overflows without the max subtracted",
-        "分数为 +-1e4：不减去最大值，exp 就会溢出",
-        shape=[4, 7],
-        dim=-1,
-        values="+-1e4",
-        layout="contiguous",
-    ),
-    edge(
-        "rows 1000 apart: one max per row, not over the whole tensor",
-        "各行相差 1000：每行取各自的最大值，而不是整个张量的最大值",
-        shape=[6, 5],
-        dim=1,
-        values="rows apart",
-        layout="contiguous",
-    ),
-    edge(
-        "-inf among finite scores, one row all -inf (not judged)",
-        "有限分数中夹着 -inf，有一行全是 -inf（不评判）",
-        shape=[5, 6],
-        dim=-1,
-        values="-inf",
-        layout="contiguous",
-    ),
-    edge(
-        "the first dim reduced (dim=0), odd sizes",
-        "在第一维上归约（dim=0），各维大小为奇数",
-        shape=[7, 3, 5],
-        dim=0,
-        values="plain",
-        layout="contiguous",
-    ),
-    edge(
-        "a middle dim (dim=-2) of a transposed view",
-        "转置视图的中间一维（dim=-2）",
-        shape=[3, 5, 4],
-        dim=-2,
-        values="plain",
-        layout="transposed",
-    ),
-    edge(
-        "the reduced dim of size 1", "被归约的维大小为 1", shape=[3, 1, 4], dim=1, values="plain", layout="contiguous"
-    ),
-    edge(
-        "size-1 dims around the reduced one (dim=-3)",
-        "被归约维的两侧都是大小为 1 的维（dim=-3）",
-        shape=[1, 6, 1, 1],
-        dim=-3,
-        values="plain",
-        layout="contiguous",
-    ),
-    edge("a single element", "只有一个元素", shape=[1], dim=0, values="plain", layout="contiguous"),
-    edge(
-        "one score 10 above the rest: half precision needs float32",
-        "有一个分数比其余的高 10：半精度需要在 float32 中计算",
-        shape=[6, 11],
-        dim=-1,
-        values="one on top",
-        layout="contiguous",
-    ),
+    edge("scores of +-1e4: exp overflows without the max subtracted", "分数为 +-1e4：不减去最大值，exp 就会溢出",
+         shape=[4, 7], dim=-1, values="+-1e4", layout="contiguous"),
+    edge("rows 1000 apart: one max per row, not over the whole tensor",
+         "各行相差 1000：每行取各自的最大值，而不是整个张量的最大值",
+         shape=[6, 5], dim=1, values="rows apart", layout="contiguous"),
+    edge("-inf among finite scores, one row all -inf (not judged)", "有限分数中夹着 -inf，有一行全是 -inf（不评判）",
+         shape=[5, 6], dim=-1, values="-inf", layout="contiguous"),
+    edge("the first dim reduced (dim=0), odd sizes", "在第一维上归约（dim=0），各维大小为奇数",
+         shape=[7, 3, 5], dim=0, values="plain", layout="contiguous"),
+    edge("a middle dim (dim=-2) of a transposed view", "转置视图的中间一维（dim=-2）",
+         shape=[3, 5, 4], dim=-2, values="plain", layout="transposed"),
+    edge("the reduced dim of size 1", "被归约的维大小为 1",
+         shape=[3, 1, 4], dim=1, values="plain", layout="contiguous"),
+    edge("size-1 dims around the reduced one (dim=-3)", "被归约维的两侧都是大小为 1 的维（dim=-3）",
+         shape=[1, 6, 1, 1], dim=-3, values="plain", layout="contiguous"),
+    edge("a single element", "只有一个元素",
+         shape=[1], dim=0, values="plain", layout="contiguous"),
+    edge("one score 10 above the rest: half precision needs float32",
+         "有一个分数比其余的高 10：半精度需要在 float32 中计算",
+         shape=[6, 11], dim=-1, values="one on top", layout="contiguous"),
 )
+# fmt: on
 
 
 def hidden_cases(rng, count: int) -> list[dict]:

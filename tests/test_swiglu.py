@@ -72,54 +72,23 @@ class Reference(nn.Module):
 # Sizes: lead = x's leading dimensions (x is [*lead, C]), C = d_model, F = the explicit d_ff
 # (None: the default rule), M = multiple_of (None: not passed, the default 256), bias.
 
+# fmt: off
 EDGES = (  # the most telling first
-    edge(
-        "default d_ff, 8*C/3 not an integer: 26 rounded up to 32",
-        "默认 d_ff，8*C/3 不是整数：26 向上取整为 32",
-        lead=(2, 3),
-        C=10,
-        F=None,
-        M=8,
-        bias=False,
-    ),
-    edge(
-        "default d_ff already a multiple of multiple_of: 32 stays",
-        "默认 d_ff 已是 multiple_of 的倍数：32 保持不变",
-        lead=(3, 4),
-        C=12,
-        F=None,
-        M=32,
-        bias=True,
-    ),
-    edge(
-        "explicit odd d_ff, used as given, one position per sequence",
-        "显式给出的奇数 d_ff 按原值使用，每个序列一个位置",
-        lead=(3, 1),
-        C=7,
-        F=13,
-        M=8,
-        bias=True,
-    ),
-    edge("no batch dimension: x is [T, C]", "没有批维度：x 为 [T, C]", lead=(5,), C=6, F=9, M=None, bias=False),
-    edge(
-        "two batch dimensions, default multiple_of 256",
-        "两个批维度，默认 multiple_of 256",
-        lead=(2, 3, 4),
-        C=5,
-        F=None,
-        M=None,
-        bias=True,
-    ),
-    edge(
-        "d_model 1, multiple_of 1, one position",
-        "d_model 1，multiple_of 1，一个位置",
-        lead=(1, 1),
-        C=1,
-        F=None,
-        M=1,
-        bias=False,
-    ),
+    edge("default d_ff, 8*C/3 not an integer: 26 rounded up to 32", "默认 d_ff，8*C/3 不是整数：26 向上取整为 32",
+         lead=(2, 3), C=10, F=None, M=8, bias=False),
+    edge("default d_ff already a multiple of multiple_of: 32 stays", "默认 d_ff 已是 multiple_of 的倍数：32 保持不变",
+         lead=(3, 4), C=12, F=None, M=32, bias=True),
+    edge("explicit odd d_ff, used as given, one position per sequence",
+         "显式给出的奇数 d_ff 按原值使用，每个序列一个位置",
+         lead=(3, 1), C=7, F=13, M=8, bias=True),
+    edge("no batch dimension: x is [T, C]", "没有批维度：x 为 [T, C]",
+         lead=(5,), C=6, F=9, M=None, bias=False),
+    edge("two batch dimensions, default multiple_of 256", "两个批维度，默认 multiple_of 256",
+         lead=(2, 3, 4), C=5, F=None, M=None, bias=True),
+    edge("d_model 1, multiple_of 1, one position", "d_model 1，multiple_of 1，一个位置",
+         lead=(1, 1), C=1, F=None, M=1, bias=False),
 )
+# fmt: on
 
 
 def draw(rng, count: int) -> list[dict]:
@@ -143,56 +112,32 @@ CASES = CaseTable(draw=draw, edges=EDGES, draws=3)
 
 # The d_ff=None rule on its own: (C, M) where rounding down, rounding up, an exact multiple,
 # ignoring multiple_of and dropping the 2/3 give different widths, and Llama's own sizes.
+# fmt: off
 D_FF_EDGES = (
-    edge(
-        "8*C/3 = 26.67: 26 rounds up to 32 (down would be 24)",
-        "8*C/3 = 26.67：26 向上取整为 32（向下取整会是 24）",
-        C=10,
-        F=None,
-        M=8,
-    ),
-    edge(
-        "8*C/3 = 24, already a multiple of 8: it stays 24 (not 32)",
-        "8*C/3 = 24，已是 8 的倍数：保持 24（不是 32）",
-        C=9,
-        F=None,
-        M=8,
-    ),
-    edge(
-        "an explicit d_ff is used as given, even when not a multiple",
-        "显式给出的 d_ff 按原值使用，即使它不是倍数",
-        C=7,
-        F=13,
-        M=8,
-    ),
-    edge(
-        "default multiple_of 256: 24 rounds up to 256 (down would be 0)",
-        "默认 multiple_of 256：24 向上取整为 256（向下取整会是 0）",
-        C=9,
-        F=None,
-        M=None,
-    ),
-    edge(
-        "default multiple_of 256: 256 is already a multiple",
-        "默认 multiple_of 256：256 已经是倍数",
-        C=96,
-        F=None,
-        M=None,
-    ),
-    edge(
-        "multiple_of 1: int(2.67) = 2 is kept, truncated, not rounded",
-        "multiple_of 为 1：int(2.67) = 2 截断后保留，不四舍五入",
-        C=1,
-        F=None,
-        M=1,
-    ),
-    edge("multiple_of 1: int(13.33) = 13", "multiple_of 为 1：int(13.33) = 13", C=5, F=None, M=1),
-    edge(
-        "8*C/3 = 32, already a multiple of 32: it stays 32", "8*C/3 = 32，已是 32 的倍数：保持 32", C=12, F=None, M=32
-    ),
-    edge("Llama-7B: d_model 4096 gives 11008", "Llama-7B：d_model 4096 得到 11008", C=4096, F=None, M=None),
-    edge("Llama-13B: d_model 5120 gives 13824", "Llama-13B：d_model 5120 得到 13824", C=5120, F=None, M=None),
+    edge("8*C/3 = 26.67: 26 rounds up to 32 (down would be 24)", "8*C/3 = 26.67：26 向上取整为 32（向下取整会是 24）",
+         C=10, F=None, M=8),
+    edge("8*C/3 = 24, already a multiple of 8: it stays 24 (not 32)", "8*C/3 = 24，已是 8 的倍数：保持 24（不是 32）",
+         C=9, F=None, M=8),
+    edge("an explicit d_ff is used as given, even when not a multiple", "显式给出的 d_ff 按原值使用，即使它不是倍数",
+         C=7, F=13, M=8),
+    edge("default multiple_of 256: 24 rounds up to 256 (down would be 0)",
+         "默认 multiple_of 256：24 向上取整为 256（向下取整会是 0）",
+         C=9, F=None, M=None),
+    edge("default multiple_of 256: 256 is already a multiple", "默认 multiple_of 256：256 已经是倍数",
+         C=96, F=None, M=None),
+    edge("multiple_of 1: int(2.67) = 2 is kept, truncated, not rounded",
+         "multiple_of 为 1：int(2.67) = 2 截断后保留，不四舍五入",
+         C=1, F=None, M=1),
+    edge("multiple_of 1: int(13.33) = 13", "multiple_of 为 1：int(13.33) = 13",
+         C=5, F=None, M=1),
+    edge("8*C/3 = 32, already a multiple of 32: it stays 32", "8*C/3 = 32，已是 32 的倍数：保持 32",
+         C=12, F=None, M=32),
+    edge("Llama-7B: d_model 4096 gives 11008", "Llama-7B：d_model 4096 得到 11008",
+         C=4096, F=None, M=None),
+    edge("Llama-13B: d_model 5120 gives 13824", "Llama-13B：d_model 5120 得到 13824",
+         C=5120, F=None, M=None),
 )
+# fmt: on
 
 
 def draw_d_ff(rng, count: int) -> list[Case]:

@@ -209,38 +209,29 @@ def end_to_end_tolerance(logits: tuple, labels: tuple, logps: dict, beta: float,
 # Sizes: B (sequences, or preference pairs for dpo_loss), T (positions), V (vocabulary);
 # empty_row: the second row's labels are all ignored.
 
+# fmt: off
 EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
-    edge("prompts and padding ignored, odd sizes", "忽略提示词和填充，奇数尺寸", B=3, T=9, V=11),
+    edge("prompts and padding ignored, odd sizes", "忽略提示词和填充，奇数尺寸",
+         B=3, T=9, V=11),
     # log-probabilities near 0, which a log-softmax computed in half precision misses
-    edge(
-        "a confident model: each label's token 8 above the rest",
-        "高置信度模型：每个标签的 token 比其余高 8",
-        B=4,
-        T=13,
-        V=9,
-        confident=True,
-    ),
-    edge("one sequence (B = 1), T = 2: a single prediction", "一个序列（B = 1），T = 2：只有一次预测", B=1, T=2, V=7),
-    edge(
-        "one token in the vocabulary (V = 1): every log-probability is 0",
-        "词表只有一个 token（V = 1）：每个对数概率都是 0",
-        B=2,
-        T=5,
-        V=1,
-    ),
+    edge("a confident model: each label's token 8 above the rest", "高置信度模型：每个标签的 token 比其余高 8",
+         B=4, T=13, V=9, confident=True),
+    edge("one sequence (B = 1), T = 2: a single prediction", "一个序列（B = 1），T = 2：只有一次预测",
+         B=1, T=2, V=7),
+    edge("one token in the vocabulary (V = 1): every log-probability is 0",
+         "词表只有一个 token（V = 1）：每个对数概率都是 0",
+         B=2, T=5, V=1),
 )
+# fmt: on
 # sequences with nothing to predict: a convention, judged on these named cases every time
+# fmt: off
 DEGENERATE = (
-    edge("T = 1: nothing to predict, every sum is 0", "T = 1：没有可预测的内容，每个和都是 0", B=4, T=1, V=6),
-    edge(
-        "a row whose every label is ignored (its sum is 0)",
-        "某一行的标签全部被忽略（其和为 0）",
-        B=3,
-        T=6,
-        V=5,
-        empty_row=True,
-    ),
+    edge("T = 1: nothing to predict, every sum is 0", "T = 1：没有可预测的内容，每个和都是 0",
+         B=4, T=1, V=6),
+    edge("a row whose every label is ignored (its sum is 0)", "某一行的标签全部被忽略（其和为 0）",
+         B=3, T=6, V=5, empty_row=True),
 )
+# fmt: on
 
 
 def hidden_sizes(rng, count: int) -> list[dict]:

@@ -85,42 +85,19 @@ def hidden_sizes(rng, count: int) -> list[dict]:
     return cases
 
 
+# fmt: off
 EDGES = (  # the most telling first
-    edge(
-        "4 heads share 2 kv heads, the cache filled to max_len",
-        "4 个头共享 2 个 kv 头，缓存恰好填满到 max_len",
-        B=2,
-        N=7,
-        P=3,
-        E=16,
-        H=4,
-        KV=2,
-        M=7,
-    ),
-    edge(
-        "multi-query: 3 heads, one kv head, head size 2",
-        "多查询：3 个头、1 个 kv 头，头大小为 2",
-        B=3,
-        N=6,
-        P=2,
-        E=6,
-        H=3,
-        KV=1,
-        M=9,
-    ),
-    edge(
-        "multi-head: 5 heads, 5 kv heads, one sequence, a one-token prefill",
-        "多头：5 个头、5 个 kv 头，一个序列，预填充 1 个 token",
-        B=1,
-        N=5,
-        P=1,
-        E=30,
-        H=5,
-        KV=5,
-        M=8,
-    ),
-    edge("one head, one token in all", "一个头，总共只有一个 token", B=1, N=1, P=1, E=4, H=1, KV=1, M=1),
+    edge("4 heads share 2 kv heads, the cache filled to max_len", "4 个头共享 2 个 kv 头，缓存恰好填满到 max_len",
+         B=2, N=7, P=3, E=16, H=4, KV=2, M=7),
+    edge("multi-query: 3 heads, one kv head, head size 2", "多查询：3 个头、1 个 kv 头，头大小为 2",
+         B=3, N=6, P=2, E=6, H=3, KV=1, M=9),
+    edge("multi-head: 5 heads, 5 kv heads, one sequence, a one-token prefill",
+         "多头：5 个头、5 个 kv 头，一个序列，预填充 1 个 token",
+         B=1, N=5, P=1, E=30, H=5, KV=5, M=8),
+    edge("one head, one token in all", "一个头，总共只有一个 token",
+         B=1, N=1, P=1, E=4, H=1, KV=1, M=1),
 )
+# fmt: on
 CASES = CaseTable(draw=hidden_sizes, edges=EDGES, draws=3)
 
 
@@ -173,7 +150,8 @@ KVC = ModuleKata(
     tolerances=TOLERANCES,
     nan_hint=pick(
         "NaN usually comes from a softmax over a row of -inf, a token whose every key was blocked: the causal mask "
-        "blocks only the keys after a token (new token i, at position held + i, sees keys 0..held + i, itself included)",
+        "blocks only the keys after a token (new token i, at position held + i, sees keys 0..held + i, itself "
+        "included)",
         "NaN 通常来自对一整行 -inf 做 softmax，即某个 token 的所有键都被屏蔽了：因果掩码只屏蔽该 token 之后的键"
         "（新 token i 位于位置 held + i，能看到键 0..held + i，包括它自己）",
     ),

@@ -101,21 +101,23 @@ def hidden_sizes(rng, count: int) -> list[dict]:
 
 # Named edge cases, run every time: the most telling first (the first failure shown is the
 # first edge case that fails).
+# fmt: off
 EDGES = (
     # the last dim only, the first leading dim only, every dim: each gives another result
-    edge(
-        "two normalised dims behind two leading dims, odd sizes",
-        "两个前导维后接两个归一化维，奇数尺寸",
-        lead=[3, 4],
-        shape=(5, 7),
-    ),
+    edge("two normalised dims behind two leading dims, odd sizes", "两个前导维后接两个归一化维，奇数尺寸",
+         lead=[3, 4], shape=(5, 7)),
     # variance 0: x - mean is 0, so the output is the bias and grad_input is 0
-    edge("one normalised element (variance 0)", "只有一个归一化元素（方差为 0）", lead=[4, 3], shape=(1,)),
+    edge("one normalised element (variance 0)", "只有一个归一化元素（方差为 0）",
+         lead=[4, 3], shape=(1,)),
     # grad_weight is summed over no dim at all; sum(dim=()) sums over every dim
-    edge("no leading dims: the whole input one row", "没有前导维：整个输入就是一行", lead=[], shape=(3, 5)),
-    edge("three normalised dims, one of size 1", "三个归一化维，其中一个大小为 1", lead=[2], shape=(4, 1, 3)),
-    edge("one position", "只有一个位置", lead=[1, 1], shape=(9,)),
+    edge("no leading dims: the whole input one row", "没有前导维：整个输入就是一行",
+         lead=[], shape=(3, 5)),
+    edge("three normalised dims, one of size 1", "三个归一化维，其中一个大小为 1",
+         lead=[2], shape=(4, 1, 3)),
+    edge("one position", "只有一个位置",
+         lead=[1, 1], shape=(9,)),
 )
+# fmt: on
 CASES = CaseTable(draw=hidden_sizes, edges=EDGES, draws=3)
 
 
@@ -417,8 +419,9 @@ SPEC = KataSpec(
     tolerance_note=(
         "the forward's (solution and variants measured at most 4.4e-6 in float32, one ulp in half "
         "precision), its atol at least 6 roundoffs times the call's condition max|x| * rstd * |weight| "
-        "(two values that nearly coincide); the backward's atol is per unit of its terms' size, rstd * |grad_output * weight| * "
-        "(1 + max|x| * rstd) for grad_input (terms that cancel): float32 1e-6, measured at most 2.0e-7"
+        "(two values that nearly coincide); the backward's atol is per unit of its terms' size, "
+        "rstd * |grad_output * weight| * (1 + max|x| * rstd) for grad_input (terms that cancel): float32 1e-6, "
+        "measured at most 2.0e-7"
     ),
     cases=CASES,
     benchmark=benchmark,

@@ -215,42 +215,24 @@ MOE = ModuleKata(
 # --------------------------------------------------------------------------- the case table
 # B batch, T length, C = d_model, F = d_ff, E = num_experts, k = top_k.
 
+# fmt: off
 EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
-    edge("top 2 of 5 experts, odd sizes", "5 个专家中选前 2 个，奇数尺寸", B=2, T=7, C=6, F=11, E=5, k=2),
-    edge(
-        "top_k 1: the one chosen expert gets weight 1",
-        "top_k 为 1：唯一选中的专家权重为 1",
-        B=3,
-        T=4,
-        C=5,
-        F=9,
-        E=4,
-        k=1,
-    ),
-    edge("3 of 8 experts per token", "每个 token 从 8 个专家中选 3 个", B=3, T=9, C=10, F=13, E=8, k=3),
-    edge(
-        "top_k = num_experts: every token goes to every expert",
-        "top_k = num_experts：每个 token 都送到每个专家",
-        B=2,
-        T=3,
-        C=4,
-        F=7,
-        E=3,
-        k=3,
-    ),
-    edge(
-        "2 tokens, 7 experts: at least 3 experts get no token",
-        "2 个 token，7 个专家：至少 3 个专家分不到 token",
-        B=1,
-        T=2,
-        C=5,
-        F=9,
-        E=7,
-        k=2,
-    ),
-    edge("one token", "一个 token", B=1, T=1, C=8, F=5, E=4, k=2),
-    edge("one expert", "一个专家", B=2, T=5, C=3, F=6, E=1, k=1),
+    edge("top 2 of 5 experts, odd sizes", "5 个专家中选前 2 个，奇数尺寸",
+         B=2, T=7, C=6, F=11, E=5, k=2),
+    edge("top_k 1: the one chosen expert gets weight 1", "top_k 为 1：唯一选中的专家权重为 1",
+         B=3, T=4, C=5, F=9, E=4, k=1),
+    edge("3 of 8 experts per token", "每个 token 从 8 个专家中选 3 个",
+         B=3, T=9, C=10, F=13, E=8, k=3),
+    edge("top_k = num_experts: every token goes to every expert", "top_k = num_experts：每个 token 都送到每个专家",
+         B=2, T=3, C=4, F=7, E=3, k=3),
+    edge("2 tokens, 7 experts: at least 3 experts get no token", "2 个 token，7 个专家：至少 3 个专家分不到 token",
+         B=1, T=2, C=5, F=9, E=7, k=2),
+    edge("one token", "一个 token",
+         B=1, T=1, C=8, F=5, E=4, k=2),
+    edge("one expert", "一个专家",
+         B=2, T=5, C=3, F=6, E=1, k=1),
 )
+# fmt: on
 
 
 def hidden_sizes(rng, count: int) -> list[dict]:
@@ -320,27 +302,26 @@ def check(kata, built: modules.Built, x: torch.Tensor, *, float64_throughout: bo
 # --------------------------------------------------------------------------- load_balancing_loss
 # N tokens, E = num_experts, k = top_k.
 
+# fmt: off
 LOSS_EDGES = (
-    edge("13 tokens, top 2 of 5 experts", "13 个 token，5 个专家中选前 2 个", N=13, E=5, k=2),
-    edge("3 of 8 experts per token", "每个 token 从 8 个专家中选 3 个", N=11, E=8, k=3),
-    edge("top_k 1", "top_k 为 1", N=9, E=6, k=1),
-    edge(
-        "top_k = num_experts: every expert chosen by every token, the loss is num_experts",
-        "top_k = num_experts：每个专家都被每个 token 选中，损失等于 num_experts",
-        N=6,
-        E=4,
-        k=4,
-    ),
-    edge(
-        "2 tokens, 7 experts: at least 3 experts chosen by none",
-        "2 个 token，7 个专家：至少 3 个专家没被任何 token 选中",
-        N=2,
-        E=7,
-        k=2,
-    ),
-    edge("one token", "一个 token", N=1, E=4, k=2),
-    edge("one expert: the loss is 1", "一个专家：损失为 1", N=5, E=1, k=1),
+    edge("13 tokens, top 2 of 5 experts", "13 个 token，5 个专家中选前 2 个",
+         N=13, E=5, k=2),
+    edge("3 of 8 experts per token", "每个 token 从 8 个专家中选 3 个",
+         N=11, E=8, k=3),
+    edge("top_k 1", "top_k 为 1",
+         N=9, E=6, k=1),
+    edge("top_k = num_experts: every expert chosen by every token, the loss is num_experts",
+         "top_k = num_experts：每个专家都被每个 token 选中，损失等于 num_experts",
+         N=6, E=4, k=4),
+    edge("2 tokens, 7 experts: at least 3 experts chosen by none",
+         "2 个 token，7 个专家：至少 3 个专家没被任何 token 选中",
+         N=2, E=7, k=2),
+    edge("one token", "一个 token",
+         N=1, E=4, k=2),
+    edge("one expert: the loss is 1", "一个专家：损失为 1",
+         N=5, E=1, k=1),
 )
+# fmt: on
 
 
 def loss_sizes(rng, count: int) -> list[dict]:

@@ -94,53 +94,25 @@ def tolerance(dtype: torch.dtype, scale: float = 1.0, half_atol: float = 0.0, *,
 # Sizes: B rollouts of T steps; gamma and lam passed to gae when the case names them (the
 # defaults otherwise); padding_row: one row of the loss's mask is all padding.
 
+# fmt: off
 EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
-    edge(
-        "episodes end mid-sequence, at t = 0 and at t = T - 1; a row all padding",
-        "回合在序列中途、t = 0 和 t = T - 1 处结束；有一行全是填充",
-        B=4,
-        T=7,
-        gamma=0.9,
-        lam=0.8,
-        padding_row=True,
-    ),
+    edge("episodes end mid-sequence, at t = 0 and at t = T - 1; a row all padding",
+         "回合在序列中途、t = 0 和 t = T - 1 处结束；有一行全是填充",
+         B=4, T=7, gamma=0.9, lam=0.8, padding_row=True),
     # a [T, B] layout (time along dim 0, as CleanRL stores rollouts) runs here and is wrong
-    edge(
-        "B = T: time is dim 1, not dim 0",
-        "B = T：时间是第 1 维，不是第 0 维",
-        B=5,
-        T=5,
-        gamma=0.95,
-        lam=0.9,
-        padding_row=False,
-    ),
-    edge("one step: T = 1", "只有一步：T = 1", B=3, T=1, gamma=0.97, lam=0.9, padding_row=True),
-    edge(
-        "one row: B = 1, the default gamma and lam",
-        "只有一行：B = 1，gamma 和 lam 取默认值",
-        B=1,
-        T=9,
-        padding_row=False,
-    ),
-    edge(
-        "gamma = 1, lam = 1: Monte-Carlo returns cut at episode ends",
-        "gamma = 1，lam = 1：在回合结束处截断的蒙特卡洛回报",
-        B=3,
-        T=6,
-        gamma=1.0,
-        lam=1.0,
-        padding_row=False,
-    ),
-    edge(
-        "lam = 0: the advantages are the one-step TD errors",
-        "lam = 0：优势就是单步 TD 误差",
-        B=2,
-        T=5,
-        gamma=0.9,
-        lam=0.0,
-        padding_row=True,
-    ),
+    edge("B = T: time is dim 1, not dim 0", "B = T：时间是第 1 维，不是第 0 维",
+         B=5, T=5, gamma=0.95, lam=0.9, padding_row=False),
+    edge("one step: T = 1", "只有一步：T = 1",
+         B=3, T=1, gamma=0.97, lam=0.9, padding_row=True),
+    edge("one row: B = 1, the default gamma and lam", "只有一行：B = 1，gamma 和 lam 取默认值",
+         B=1, T=9, padding_row=False),
+    edge("gamma = 1, lam = 1: Monte-Carlo returns cut at episode ends",
+         "gamma = 1，lam = 1：在回合结束处截断的蒙特卡洛回报",
+         B=3, T=6, gamma=1.0, lam=1.0, padding_row=False),
+    edge("lam = 0: the advantages are the one-step TD errors", "lam = 0：优势就是单步 TD 误差",
+         B=2, T=5, gamma=0.9, lam=0.0, padding_row=True),
 )
+# fmt: on
 
 
 def hidden_sizes(rng, count: int) -> list[dict]:

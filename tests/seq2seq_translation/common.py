@@ -85,62 +85,19 @@ INIT_RTOL = 0.1  # the embeddings' RMS within 10% of d_model ** -0.5
 # gets only the vocabularies, pad_id and max_len (d_model 64, nhead 4, 2 + 2 layers, F 128).
 MAX_LEN = 24  # every model's max_len: room for the padding the tests append
 
+# fmt: off
 EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
-    edge(
-        "odd sizes, one head, the target longer than the source",
-        "奇数尺寸，单头，目标比源长",
-        B=3,
-        S=5,
-        T=7,
-        E=6,
-        H=1,
-        F=11,
-        Le=1,
-        Ld=2,
-        Vs=9,
-        Vt=13,
-    ),
-    edge(
-        "the source longer than the target, three heads",
-        "源比目标长，三个头",
-        B=2,
-        S=9,
-        T=4,
-        E=12,
-        H=3,
-        F=17,
-        Le=2,
-        Ld=1,
-        Vs=17,
-        Vt=6,
-    ),
-    edge(
-        "the defaults: d_model 64, 4 heads, 2 + 2 layers, feed-forward 128",
-        "默认值：d_model 64，4 个头，2 + 2 层，前馈宽度 128",
-        B=2,
-        S=6,
-        T=5,
-        E=64,
-        H=4,
-        Vs=11,
-        Vt=10,
-        defaults=True,
-    ),
-    edge(
-        "one sequence, one source token, one target position",
-        "一条序列，一个源 token，一个目标位置",
-        B=1,
-        S=1,
-        T=1,
-        E=4,
-        H=2,
-        F=5,
-        Le=1,
-        Ld=1,
-        Vs=4,
-        Vt=5,
-    ),
+    edge("odd sizes, one head, the target longer than the source", "奇数尺寸，单头，目标比源长",
+         B=3, S=5, T=7, E=6, H=1, F=11, Le=1, Ld=2, Vs=9, Vt=13),
+    edge("the source longer than the target, three heads", "源比目标长，三个头",
+         B=2, S=9, T=4, E=12, H=3, F=17, Le=2, Ld=1, Vs=17, Vt=6),
+    edge("the defaults: d_model 64, 4 heads, 2 + 2 layers, feed-forward 128",
+         "默认值：d_model 64，4 个头，2 + 2 层，前馈宽度 128",
+         B=2, S=6, T=5, E=64, H=4, Vs=11, Vt=10, defaults=True),
+    edge("one sequence, one source token, one target position", "一条序列，一个源 token，一个目标位置",
+         B=1, S=1, T=1, E=4, H=2, F=5, Le=1, Ld=1, Vs=4, Vt=5),
 )
+# fmt: on
 
 
 def hidden_sizes(rng, count: int) -> list[dict]:

@@ -196,29 +196,20 @@ def decoded(implementation, script: dict) -> dict:
     return decoding(implementation, script["table"], script["pad_id"], script["src"], script["ids"], script["max_len"])
 
 
+# fmt: off
 GREEDY_CASES = (  # the most telling first: rows finishing at different steps, content after EOS
-    edge(
-        "rows finishing at steps 1, 4, 2 and 3",
-        "各行分别在第 1、4、2、3 步结束",
-        B=4,
-        V=12,
-        eos_at=[1, 4, 2, 3],
-        max_len=9,
-    ),
-    edge(
-        "one row never produces EOS: max_len columns",
-        "有一行始终不产生 EOS：共 max_len 列",
-        B=3,
-        V=9,
-        eos_at=[2, None, 0],
-        max_len=6,
-    ),
-    edge("every row produces EOS at once", "每一行都立刻产生 EOS", B=3, V=7, eos_at=[0, 0, 0], max_len=5),
-    edge(
-        "one row, EOS on the last allowed step", "只有一行，EOS 出现在允许的最后一步", B=1, V=6, eos_at=[3], max_len=5
-    ),
-    edge("max_len 1: the BOS column alone", "max_len 为 1：只有 BOS 一列", B=2, V=8, eos_at=[0, 1], max_len=1),
+    edge("rows finishing at steps 1, 4, 2 and 3", "各行分别在第 1、4、2、3 步结束",
+         B=4, V=12, eos_at=[1, 4, 2, 3], max_len=9),
+    edge("one row never produces EOS: max_len columns", "有一行始终不产生 EOS：共 max_len 列",
+         B=3, V=9, eos_at=[2, None, 0], max_len=6),
+    edge("every row produces EOS at once", "每一行都立刻产生 EOS",
+         B=3, V=7, eos_at=[0, 0, 0], max_len=5),
+    edge("one row, EOS on the last allowed step", "只有一行，EOS 出现在允许的最后一步",
+         B=1, V=6, eos_at=[3], max_len=5),
+    edge("max_len 1: the BOS column alone", "max_len 为 1：只有 BOS 一列",
+         B=2, V=8, eos_at=[0, 1], max_len=1),
 )
+# fmt: on
 
 
 def greedy_cases(rng) -> list:
