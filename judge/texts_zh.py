@@ -283,6 +283,11 @@ ZH: dict[str, str] = {
     "the kata process was let go: the tests of this kata are over": "该题目的进程已被释放：这道题的测试已经结束",
     "the kata killed the fork server of kata processes, its parent": "该题目的代码杀掉了它的父进程，也就是题目进程的 fork 服务器",
     "the kata process died ({reason})": "该题目的进程死掉了（{reason}）",
+    "the kata left {count} thread(s) running after the call ({names}): everything it computes "
+    "must be done when it returns; join the threads it starts (or use `with` on an executor)": (
+        "调用返回之后，题目代码还留着 {count} 个线程在运行（{names}）：它计算的一切都必须在返回时完成；"
+        "请 join 它启动的线程（或对 executor 使用 `with`）"
+    ),
     "a {kind} tensor cannot be judged: return a dense tensor (e.g. .to_dense(), .dequantize())": (
         "无法评判 {kind} 张量：请返回稠密张量（例如 .to_dense()、.dequantize()）"
     ),

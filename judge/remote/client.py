@@ -183,6 +183,10 @@ class KataProcess:
         if started and not self.closed and threads_of(self.pid):
             names = ", ".join(sorted({threads_of(self.pid).get(tid, "?") for tid in started})[:3])
             raise ThreadLeftRunning(
-                f"the kata left {len(started)} thread(s) running after the call ({names}): everything it "
-                "computes must be done when it returns; join the threads it starts (or use `with` on an executor)"
+                tr(
+                    "the kata left {count} thread(s) running after the call ({names}): everything it computes "
+                    "must be done when it returns; join the threads it starts (or use `with` on an executor)",
+                    count=len(started),
+                    names=names,
+                )
             )
