@@ -31,7 +31,6 @@ from judge.testing.layers import (
 )
 from judge.testing.modules import (
     CASES,
-    LAYER_TOLERANCES,
     ModuleKata,
     attention_parameters,
     defined_rows,
@@ -88,7 +87,6 @@ DECODER = Layer(
         parameters=parameters,
         arguments=lambda case, options: ({"d_model": case["E"], "nhead": case["H"]}, options),
         forward=reference_forward,
-        tolerances=LAYER_TOLERANCES,
         probes=(
             layer_attention_probe("self_attn"),
             layer_attention_probe("multihead_attn"),

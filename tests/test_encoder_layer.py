@@ -29,7 +29,6 @@ from judge.testing.layers import (
 )
 from judge.testing.modules import (
     CASES,
-    LAYER_TOLERANCES,
     ModuleKata,
     attention_parameters,
     defined_rows,
@@ -71,7 +70,6 @@ ENCODER = Layer(
         parameters=parameters,
         arguments=lambda case, options: ({"d_model": case["E"], "nhead": case["H"]}, options),
         forward=reference_forward,
-        tolerances=LAYER_TOLERANCES,
         probes=(layer_attention_probe("self_attn"),),
     ),
     tensors=lambda gen, case, dtype, device: {"src": tensor(gen, case, "L", dtype, device)},

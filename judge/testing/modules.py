@@ -54,7 +54,6 @@ from judge.testing.tolerances import per_dtype
 MODULE_TOLERANCES = per_dtype(
     float64=(1e-7, 1e-7), float32=(3e-5, 6e-5), float16=(1.5e-2, 1.5e-2), bfloat16=(1e-1, 1e-1)
 )
-LAYER_TOLERANCES = MODULE_TOLERANCES
 
 # --------------------------------------------------------------------------- the case table
 
