@@ -172,6 +172,15 @@ def forward_call(args: dict) -> tuple[tuple, dict]:
     return (args["x"], args["normalized_shape"]), {k: args[k] for k in ("weight", "bias", "eps") if k in args}
 
 
+def row_conditions(x, normalized_shape, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row (a position of the leading dims), in float64: rstd and max|x| * rstd, how much
+    x_hat amplifies the rounding of x - mean (about eps(dtype) * max|x|), each [rows, 1]."""
+    n = 1 if isinstance(normalized_shape, int) else len(tuple(normalized_shape))
+    rows = x.double().reshape(-1, math.prod(x.shape[x.dim() - n :]))
+    rstd = torch.rsqrt(torch.var(rows, dim=1, correction=0, keepdim=True) + eps)
+    return rstd, rows.abs().amax(dim=1, keepdim=True) * rstd
+
+
 def forward_tolerance(args: dict, *, float64_throughout: bool = False) -> dict:
     """TOLERANCES for x's dtype (the core tier's: FLOAT64_RULE), its atol raised where the
     call's rows are ill-conditioned. x - mean carries the rounding of the mean, up to one unit
@@ -181,15 +190,12 @@ def forward_tolerance(args: dict, *, float64_throughout: bool = False) -> dict:
     but two values that nearly coincide give rstd up to 1/sqrt(eps): seed 700004 drew one at
     690, and the solution's output was off by 3.0e-5 there (atol 2e-5). One element: x - mean
     is exactly 0 whatever x is."""
-    x, shape = args["x"].double(), args["normalized_shape"]
     judged = core_dtype(args["x"].dtype, float64_throughout)
     tolerance = dict(TOLERANCES[judged])
-    dims = 1 if isinstance(shape, int) else len(tuple(shape))
-    rows = x.reshape(*x.shape[: x.dim() - dims], -1)
-    if rows.numel() == 0 or rows.shape[-1] == 1:
-        return tolerance
-    rstd = torch.rsqrt(rows.var(-1, unbiased=False) + args.get("eps", 1e-5))
-    condition = float((rows.abs().amax(-1) * rstd).max())
+    _, conditions = row_conditions(args["x"], args["normalized_shape"], args.get("eps", 1e-5))
+    if args["x"].numel() == conditions.numel():
+        return tolerance  # one element a row (or none at all)
+    condition = float(conditions.max())
     weight = float(args["weight"].double().abs().max()) if args.get("weight") is not None else 1.0
     u = torch.finfo(torch.float64 if judged == torch.float64 else torch.float32).eps
     tolerance["atol"] = max(tolerance["atol"], CONDITION_ULPS * u * condition * weight)
@@ -259,11 +265,10 @@ def gradient_scales(grad_output, x, normalized_shape, weight=None, bias=None, ep
     c = 1 + max|x| * rstd. grad_input: the largest rstd * |grad_output * weight| * c of a
     row; grad_weight: the largest sum over the rows of |grad_output| * c; grad_bias: the
     largest sum over the rows of |grad_output|."""
-    n = 1 if isinstance(normalized_shape, int) else len(normalized_shape)
-    N = math.prod(x.shape[x.dim() - n :])
-    h, g = x.double().reshape(-1, N), grad_output.double().abs().reshape(-1, N)
-    rstd = torch.rsqrt(torch.var(h, dim=1, correction=0, keepdim=True) + eps)  # (rows, 1)
-    conditioning = 1 + h.abs().amax(dim=1, keepdim=True) * rstd
+    rstd, conditions = row_conditions(x, normalized_shape, eps)
+    N = grad_output.numel() // rstd.numel()
+    g = grad_output.double().abs().reshape(-1, N)
+    conditioning = 1 + conditions
     g_weighted = g if weight is None else g * weight.double().abs().reshape(1, N)
     return {
         "grad_input": float((rstd * g_weighted * conditioning).max()),
