@@ -342,6 +342,7 @@ ZH: dict[str, str] = {
     ),
     "{call} returned {got}; expected {error} ({reason})": "{call} 返回了 {got}；应当抛出 {error}（{reason}）",
     "a pair": "一个二元组",
+    "a triple": "一个三元组",
     "a tuple of {count}": "一个含 {count} 个元素的元组",
     "{call} returned {got}; expected {what} ({names})": "{call} 返回了 {got}；应当返回{what}（{names}）",
     "{call}: the result does not require grad; autograd lost track of {which}": (

@@ -29,8 +29,7 @@ from judge.testing.attention import (
     relative_scale,
     sdpa_gradients,
 )
-from judge.testing.checks import describe
-from judge.testing.functions import FunctionKata
+from judge.testing.functions import FunctionKata, tuple_of
 from judge.testing.inputs import randn
 from judge.testing.scenarios import scenario
 from judge.testing.spec import FLOAT64_RULE, KataSpec, dtypes
@@ -71,17 +70,7 @@ SPEC = KataSpec(
 )
 
 
-def gradients(result, text: str) -> dict:
-    """The result's form: a triple, named."""
-    if not isinstance(result, (tuple, list)) or len(result) != 3:
-        raise AssertionError(
-            pick(
-                f"{text} returned {describe(result)}; expected a triple (grad_query, grad_key, grad_value)",
-                f"{text} 返回了 {describe(result)}；应返回三元组 (grad_query, grad_key, grad_value)",
-            )
-        )
-    return dict(zip(GRADIENTS, result))
-
+gradients = tuple_of(*GRADIENTS)  # the result's form: a triple, named
 
 BACKWARD = FunctionKata(
     SPEC, outputs=gradients, parameters={"attention_backward": ("query", "key", "value", "grad_output")}

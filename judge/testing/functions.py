@@ -106,7 +106,7 @@ def tuple_of(*names: str) -> Callable:
 
     def outputs(result, text: str) -> dict:
         if not isinstance(result, (tuple, list)) or len(result) != len(names):
-            what = tr("a pair") if len(names) == 2 else tr("a tuple of {count}", count=len(names))
+            what = {2: tr("a pair"), 3: tr("a triple")}.get(len(names)) or tr("a tuple of {count}", count=len(names))
             raise AssertionError(
                 tr(
                     "{call} returned {got}; expected {what} ({names})",

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from judge.language import pick
 from judge.testing import checks
 from judge.testing.checks import Mismatch, check_tensor_kind, describe
+from judge.testing.functions import tuple_of
 from judge.testing.spec import core_dtype
 
 from .common import (
@@ -98,13 +99,7 @@ def step(trace: list, index: int, text: str, *, fits: str) -> dict:
             )
         )
     result = record["result"]
-    if not isinstance(result, (tuple, list)) or len(result) != 3:
-        raise AssertionError(
-            pick(
-                f"{text} returned {describe(result)}; expected a triple (logits, loss, cache)",
-                f"{text} 返回了 {describe(result)}；应返回三元组 `(logits, loss, cache)`",
-            )
-        )
+    tuple_of("logits", "loss", "cache")(result, text)  # a triple, or it says so
     return observe(result)
 
 

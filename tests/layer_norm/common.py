@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from judge.forbidden import AUTOGRAD, LAYER_NORM
 from judge.language import pick
 from judge.testing.checks import Mismatch, assert_close, check_tensor_kind, describe
-from judge.testing.functions import FunctionKata
+from judge.testing.functions import FunctionKata, tuple_of
 from judge.testing.inputs import randn
 from judge.testing.scenarios import scenario
 from judge.testing.spec import CaseTable, KataSpec, core_dtype, edge
@@ -284,16 +284,7 @@ def backward_call(args: dict) -> tuple[tuple, dict]:
     return positional, {k: args[k] for k in ("weight", "eps") if k in args}
 
 
-def triple(result, text: str) -> dict:
-    """The backward's result as {name: gradient}, after checking it is a triple."""
-    if not isinstance(result, (tuple, list)) or len(result) != 3:
-        raise AssertionError(
-            pick(
-                f"{text} returned {describe(result)}; expected a triple (grad_input, grad_weight, grad_bias)",
-                f"{text} 返回了 {describe(result)}；应返回三元组 (grad_input, grad_weight, grad_bias)",
-            )
-        )
-    return dict(zip(NAMES, result))
+triple = tuple_of(*NAMES)  # the backward's result as {name: gradient}, after checking it is a triple
 
 
 def check_gradient_kinds(call: str, got: dict, want: dict) -> None:
