@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from judge.engines import ForkEngine, ProcessEngine, kata_env, private_copy, shown_as
@@ -40,11 +40,17 @@ def default_workers() -> int:
 
 @dataclass(frozen=True)
 class Job:
-    """A kata file to grade as kata `name`; `first_failure`: stop at its first failed test."""
+    """A kata file to grade as kata `name`; `first_failure`: stop at its first failed test.
+    `seed`, `limits` and `env`, where given, replace grade_all's for this job alone, so jobs of
+    several kinds (the test suite's batches) share the same workers and fork servers. Not
+    KATAS_LANG: a fork server's test modules picked their texts when it imported them."""
 
     name: str
     path: Path
     first_failure: bool = False
+    seed: int | None = None
+    limits: Limits | None = None
+    env: dict | None = field(default=None, hash=False)
 
 
 class ServerGone(Exception):
@@ -94,14 +100,17 @@ class Server:
         return line
 
     def grade(self, job: Job, seed: int) -> KataResult:
+        """The job's verdict, under its own seed, limits and environment where it has them."""
         request = {
             "op": "grade",
             "name": job.name,
             "path": str(job.path),
-            "seed": seed,
+            "seed": seed if job.seed is None else job.seed,
             "first_failure": job.first_failure,
+            "limits": asdict(job.limits or self.limits),
+            "env": job.env or {},
         }
-        answer = self.ask(request, limits_for(job.name, self.limits).time_limit + 30)
+        answer = self.ask(request, limits_for(job.name, job.limits or self.limits).time_limit + 30)
         return KataResult.from_json(answer)
 
     def time(self, result: KataResult, path: Path) -> None:
@@ -119,6 +128,9 @@ def serve(device: str, limits: Limits, requests, answers, *, shards: int = 1) ->
     engine.prepare()
     for line in requests:
         request = json.loads(line)
+        # a job's own limits and variables (over the server's), for this request alone
+        engine.limits = Limits(**request["limits"]) if "limits" in request else limits
+        engine.env = request.get("env") or None
         if request["op"] == "grade":
             result = engine.grade(
                 request["name"], Path(request["path"]), request["seed"], first_failure=request["first_failure"]
@@ -152,6 +164,9 @@ def grade_all(
     suite's switches), over this process's."""
     # ignore_cleanup_errors: a caller that exits mid-grade (pytest -x with the suite's pool)
     # leaves the servers writing there; the folder is theirs to finish, not an error
+    language = kata_env(None, env).get("KATAS_LANG")
+    if any((job.env or {}).get("KATAS_LANG", language) != language for job in jobs):
+        raise ValueError("a job's own env cannot change KATAS_LANG: grade it in a grade_all of its language")
     with tempfile.TemporaryDirectory(prefix="katas-snapshot-", ignore_cleanup_errors=True) as snapshot:
         copies = [_snapshot(job, Path(snapshot) / str(index)) for index, job in enumerate(jobs)]
 
@@ -236,7 +251,12 @@ def _grade_copies(
                 except (ValueError, KeyError, TypeError):  # an answer out of protocol: grade afresh
                     server.close()
                     server = None
-            return fresh.grade(job.name, job.path, seed, first_failure=job.first_failure)
+            engine = fresh
+            if job.limits is not None or job.env is not None:  # the job's own settings, over the call's
+                own = {"limits": job.limits or limits, "env": (env or {}) | (job.env or {})}
+                engine = ProcessEngine(device=device, threads=threads, shards=shards, **own)
+            seed_used = seed if job.seed is None else job.seed
+            return engine.grade(job.name, job.path, seed_used, first_failure=job.first_failure)
 
         try:
             while (item := next_job()) is not None:

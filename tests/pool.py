@@ -3,8 +3,8 @@
 A test module whose tests read verdicts (mutants, variants, stubs, broken files) declares
 `grading_plan(items, config) -> list[Batch]`: the jobs its selected tests need. When
 collection ends, tests/conftest.py gathers the batches of every such module, moves their
-tests after all the others, and starts grading the batches one after another in a thread,
-each on both cores (judge.scheduling.grade_all); meanwhile this process runs the other tests
+tests after all the others, and starts grading the batches in a thread, their jobs in one
+queue on both cores (judge.scheduling.grade_all); meanwhile this process runs the other tests
 (the kata tests against the solutions, the grader's and the practice loop's). A test reads
 its verdict with `verdict(batch, key)`, which waits for its batch.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from judge.limits import Limits
 from judge.protocol import KataResult
@@ -44,31 +44,58 @@ class Pool:
         self.ready[batch.name] = threading.Event()
 
     def start(self) -> None:
-        """Grade every batch in a thread: the ones with the most jobs first, fresh processes last.
-        In the environment as it is now: a test that sets a variable for itself meanwhile (say
-        KATAS_LANG=zh, by monkeypatch) must not reach the grades that start while it runs."""
-        order = sorted(self.batches.values(), key=lambda b: (not b.fork, -len(b.jobs)))
+        """Grade every batch in a thread: the batches' jobs as one queue on both cores, each job
+        under its batch's seed, limits and variables, so the batches share warm fork servers
+        (_grade); the batches with short limits first (their files mostly wait for a limit,
+        while the others use the cores), then the most jobs first; those graded in fresh
+        processes after. In the environment as it is now: a test that sets a variable for
+        itself meanwhile (say KATAS_LANG=zh, by monkeypatch) must not reach the grades that
+        start while it runs."""
+        order = sorted(self.batches.values(), key=lambda b: (not b.fork, b.limits.test_timeout >= 10, -len(b.jobs)))
         now = dict(os.environ)
         threading.Thread(target=self._grade, args=(order, now), name="kata-pool", daemon=True).start()
 
     def _grade(self, order: list[Batch], environment: dict) -> None:
+        """One grade_all a lane: the batches graded alike (by fork servers, or in fresh
+        processes) in the same language. A fork server's test modules picked their texts in
+        its language when it imported them, so a batch in another language needs servers of
+        its own."""
+        lanes: dict[tuple, list[Batch]] = {}
         for batch in order:
-            try:
-                keys = list(batch.jobs)
-                graded = grade_all(
-                    [batch.jobs[key] for key in keys],
-                    seed=batch.seed,
-                    device="cpu",
-                    limits=batch.limits,
-                    workers=default_workers(),
-                    fork=batch.fork,
-                    env=environment | batch.env,
-                )
-                self.results[batch.name] = dict(zip(keys, graded))
-            except BaseException as error:  # noqa: BLE001 - the tests that read it report it
-                self.failed[batch.name] = error
-            finally:
+            lanes.setdefault((batch.fork, batch.env.get("KATAS_LANG")), []).append(batch)
+        for (fork, language), batches in lanes.items():
+            self._grade_lane(batches, fork, environment | ({"KATAS_LANG": language} if language else {}))
+
+    def _grade_lane(self, batches: list[Batch], fork: bool, environment: dict) -> None:
+        """The batches' jobs in one grade_all; each batch is ready as soon as its last job is."""
+        queue = [(batch, key) for batch in batches for key in batch.jobs]
+        for batch in batches:
+            self.results[batch.name] = {}
+            if not batch.jobs:
                 self.ready[batch.name].set()
+
+        def done(index: int, result: KataResult) -> None:
+            batch, key = queue[index]
+            self.results[batch.name][key] = result
+            if len(self.results[batch.name]) == len(batch.jobs):
+                self.ready[batch.name].set()
+
+        try:
+            grade_all(
+                [replace(batch.jobs[key], seed=batch.seed, limits=batch.limits, env=batch.env) for batch, key in queue],
+                seed=0,  # each job carries its batch's
+                device="cpu",
+                limits=Limits(),
+                workers=default_workers(),
+                fork=fork,
+                on_result=done,
+                env=environment,
+            )
+        except BaseException as error:  # noqa: BLE001 - the tests that read it report it
+            for batch in batches:
+                if not self.ready[batch.name].is_set():
+                    self.failed[batch.name] = error
+                    self.ready[batch.name].set()
 
     def verdict(self, batch: str, key: str) -> KataResult:
         self.ready[batch].wait()

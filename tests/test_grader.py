@@ -15,7 +15,7 @@ from judge.learning import load_paths
 from judge.limits import Limits
 from judge.paths import ROOT, spec_module
 from judge.protocol import KataResult, Status
-from judge.scheduling import Job, Server, time_all
+from judge.scheduling import Job, Server, grade_all, time_all
 from judge.stubs import make_stub
 from judge.testing.spec import tolerance_table
 
@@ -52,6 +52,30 @@ def test_a_limit_counts_cpu_time_or_wall_clock_time_less_the_waits_for_a_cpu(mon
     assert not clock.over(110.0, 3.0)  # 10 s, 9 waiting: 1 counts, and 1.2 s of CPU
     assert clock.over(104.0, 3.0)  # 3.5 s of CPU in 4 s (threads in parallel): over, whatever the waits
     assert clock.over(100.0 + 3.0 * isolation.HARD_FACTOR + 1, 3.0)  # past the last resort
+
+
+def test_a_job_asks_the_fork_server_for_its_own_seed_limits_and_variables():
+    """The test suite's batches share fork servers (tests/pool.py): each request carries its
+    job's settings, and a job without them gets the call's seed and the server's limits."""
+    server = Server.__new__(Server)  # no process: only the requests it would write
+    server.limits = Limits(time_limit=60, test_timeout=20)
+    asked = []
+
+    def ask(request: dict, timeout: float) -> dict:
+        asked.append((request, timeout))
+        return KataResult(request["name"], Status.PASS, 1.0, 1, 1, "").to_json(internal=True)
+
+    server.ask = ask
+    own = Limits(time_limit=120, test_timeout=3)
+    server.grade(Job("causal_mask", ROOT / "x.py", seed=7, limits=own, env={"KATAS_SANDBOX": "off"}), 1)
+    server.grade(Job("causal_mask", ROOT / "x.py"), 1)
+    (mine, my_wait), (plain, plain_wait) = asked
+    assert (mine["seed"], mine["limits"]["test_timeout"], mine["env"]) == (7, 3, {"KATAS_SANDBOX": "off"})
+    assert (plain["seed"], plain["limits"]["test_timeout"], plain["env"]) == (1, 20, {})
+    assert my_wait > plain_wait  # it waits for the job's own time limit
+    with pytest.raises(ValueError, match="KATAS_LANG"):  # the server's modules keep its language
+        zh = Job("causal_mask", ROOT / "x.py", env={"KATAS_LANG": "zh"})
+        grade_all([zh], seed=1, device="cpu", limits=Limits(), workers=1, fork=True, env={"KATAS_LANG": "en"})
 
 
 @pytest.mark.timeout(300)
