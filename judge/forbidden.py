@@ -137,6 +137,12 @@ CROSS_ENTROPY = SOFTMAX + Rules(
     operators=("nll_loss", "cross_entropy", "multilabel_soft_margin", "kl_div"),
     why="this kata asks you to write the cross-entropy yourself",
 )
+# GELU and SiLU under every name (F.gelu, nn.GELU and Tensor methods reach the aten operators;
+# the backward kernels too); torch.erf, torch.tanh and torch.sigmoid stay allowed.
+ACTIVATIONS = Rules(
+    operators=("gelu", "silu"),
+    why="this kata asks you to write GELU and SiLU yourself",
+)
 # Layer norm, and the norms that compute it over another axis (group_norm with one group,
 # batch or instance norm of a reshaped input).
 LAYER_NORM = Rules(

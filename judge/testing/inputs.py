@@ -7,7 +7,7 @@ import torch
 
 def randn(generator: torch.Generator, *shape: int, dtype=torch.float32, device="cpu", std: float = 1.0) -> torch.Tensor:
     """Normal values drawn in float64 on the CPU, so every dtype and device sees the same numbers."""
-    return (torch.randn(*shape, generator=generator, dtype=torch.float64) * std).to(dtype=dtype, device=device)
+    return (torch.randn(shape, generator=generator, dtype=torch.float64) * std).to(dtype=dtype, device=device)
 
 
 def random_keep_mask(generator: torch.Generator, *shape: int, p: float = 0.6) -> torch.Tensor:
