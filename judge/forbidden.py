@@ -143,6 +143,13 @@ ACTIVATIONS = Rules(
     operators=("gelu", "silu"),
     why="this kata asks you to write GELU and SiLU yourself",
 )
+# The KL divergence: F.kl_div and nn.KLDivLoss reach the operator; torch.distributions' KL
+# is Python over allowed operators, so its entry point is replaced.
+KL_DIVERGENCE = Rules(
+    operators=("kl_div",),
+    python=(("torch.distributions.kl", "kl_divergence", "torch.distributions.kl.kl_divergence"),),
+    why="this kata asks you to write the KL divergence yourself",
+)
 # Layer norm, and the norms that compute it over another axis (group_norm with one group,
 # batch or instance norm of a reshaped input).
 LAYER_NORM = Rules(
