@@ -217,8 +217,9 @@ def make_positions(gen, T: int, kind: str, offset: int | None = None) -> torch.T
         return torch.arange(start, start + T)
     if kind == "gaps":
         return torch.randperm(4 * T, generator=gen)[:T].sort().values
-    if kind == "unsorted":
-        return torch.randperm(3 * T, generator=gen)[:T]
+    if kind == "unsorted":  # never increasing: positions in index order would hide a mask built from them
+        drawn = torch.randperm(3 * T, generator=gen)[:T]
+        return drawn.flip(0) if bool((drawn[1:] > drawn[:-1]).all()) else drawn
     raise ValueError(kind)
 
 
