@@ -150,6 +150,14 @@ KL_DIVERGENCE = Rules(
     python=(("torch.distributions.kl", "kl_divergence", "torch.distributions.kl.kl_divergence"),),
     why="this kata asks you to write the KL divergence yourself",
 )
+# BatchNorm under every name: F.batch_norm, torch.batch_norm and nn.BatchNorm* reach the
+# aten operators (native, cudnn, miopen, the sync-BN kernels); instance norm computes it over
+# another axis. The modules are refused inside the kata's own module (check_structure).
+BATCH_NORM = Rules(
+    operators=("batch_norm", "instance_norm"),
+    modules=("torch.nn:BatchNorm1d", "torch.nn:BatchNorm2d", "torch.nn:BatchNorm3d", "torch.nn:SyncBatchNorm"),
+    why="this kata asks you to write batch norm yourself",
+)
 # Layer norm, and the norms that compute it over another axis (group_norm with one group,
 # batch or instance norm of a reshaped input).
 LAYER_NORM = Rules(

@@ -240,6 +240,7 @@ ZH: dict[str, str] = {
     "this kata asks you to write the layer norm yourself": "这道题要求你自己写层归一化",
     "this kata asks you to write GELU and SiLU yourself": "这道题要求你自己写 GELU 和 SiLU",
     "this kata asks you to write the KL divergence yourself": "这道题要求你自己写 KL 散度",
+    "this kata asks you to write batch norm yourself": "这道题要求你自己写批归一化",
     # judge/testing/modules.py: a NaN where PyTorch has a number, and what usually causes it
     "{call} returned {what} with NaN at index {where} ({count} of {total} elements) "
     "where PyTorch gives {want}. {hint}": (
