@@ -158,6 +158,41 @@ BATCH_NORM = Rules(
     modules=("torch.nn:BatchNorm1d", "torch.nn:BatchNorm2d", "torch.nn:BatchNorm3d", "torch.nn:SyncBatchNorm"),
     why="this kata asks you to write batch norm yourself",
 )
+# The warmup-cosine schedule: torch's schedulers that compute a cosine or a warmup for you
+# (their chainable get_lr and their closed forms; SequentialLR's step, which hands over from
+# one to the next), and transformers' schedule lambdas where transformers is installed (it is
+# no dependency: the kata process imports it only then). LambdaLR, LRScheduler itself and
+# math stay allowed: a correct solution needs them.
+_TORCH_SCHEDULES = "torch.optim.lr_scheduler"
+_TRANSFORMERS_SCHEDULES = (
+    "_get_cosine_schedule_with_warmup_lr_lambda",  # get_cosine_schedule_with_warmup, ..._with_min_lr_...
+    "_get_cosine_with_min_lr_schedule_with_warmup_lr_rate_lambda",
+    "_get_cosine_with_hard_restarts_schedule_with_warmup_lr_lambda",
+    "_get_linear_schedule_with_warmup_lr_lambda",
+    "_get_wsd_scheduler_lambda",
+)
+_HAS_TRANSFORMERS = importlib.import_module("importlib.util").find_spec("transformers") is not None
+LR_SCHEDULE = Rules(
+    python=(
+        *(
+            (f"{_TORCH_SCHEDULES}:{cls}", method, f"{_TORCH_SCHEDULES}.{cls}")
+            for cls, methods in (
+                ("CosineAnnealingLR", ("get_lr", "_get_closed_form_lr")),
+                ("CosineAnnealingWarmRestarts", ("get_lr", "step")),
+                ("LinearLR", ("get_lr", "_get_closed_form_lr")),
+                ("OneCycleLR", ("get_lr",)),
+                ("SequentialLR", ("step",)),
+            )
+            for method in methods
+        ),
+        *(
+            ("transformers.optimization", name, "transformers.get_cosine_schedule_with_warmup")
+            for name in _TRANSFORMERS_SCHEDULES
+            if _HAS_TRANSFORMERS
+        ),
+    ),
+    why="this kata asks you to write the learning-rate schedule yourself",
+)
 # Layer norm, and the norms that compute it over another axis (group_norm with one group,
 # batch or instance norm of a reshaped input).
 LAYER_NORM = Rules(
