@@ -158,6 +158,24 @@ BATCH_NORM = Rules(
     modules=("torch.nn:BatchNorm1d", "torch.nn:BatchNorm2d", "torch.nn:BatchNorm3d", "torch.nn:SyncBatchNorm"),
     why="this kata asks you to write batch norm yourself",
 )
+# Adam and AdamW: the optimizers' steps (AdamW inherits Adam's: torch.optim.AdamW(...).step()
+# and a subclass of it refuse), their functional forms (torch.optim._functional.adam/adamw are
+# the same functions) and the fused kernels (the operator substring covers _fused_adam_ and
+# _fused_adamw_, every overload). torch.optim.Optimizer itself (param_groups, state,
+# state_dict, zero_grad) and the torch._foreach_* arithmetic stay allowed: a kata needs them.
+ADAMW = Rules(
+    operators=("_fused_adam",),
+    python=(
+        ("torch.optim:Adam", "step", "torch.optim.Adam.step"),
+        ("torch.optim:AdamW", "step", "torch.optim.AdamW.step"),
+        ("torch.optim.adam", "adam", "torch.optim.adam.adam"),
+        ("torch.optim.adam", "_single_tensor_adam", "torch.optim.adam.adam"),
+        ("torch.optim.adam", "_multi_tensor_adam", "torch.optim.adam.adam"),
+        ("torch.optim.adam", "_fused_adam", "torch.optim.adam.adam"),
+        ("torch.optim.adamw", "adamw", "torch.optim.adamw.adamw"),
+    ),
+    why="this kata asks you to write AdamW yourself",
+)
 # The warmup-cosine schedule: torch's schedulers that compute a cosine or a warmup for you
 # (their chainable get_lr and their closed forms; SequentialLR's step, which hands over from
 # one to the next), and transformers' schedule lambdas where transformers is installed (it is

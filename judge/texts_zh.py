@@ -241,6 +241,7 @@ ZH: dict[str, str] = {
     "this kata asks you to write GELU and SiLU yourself": "这道题要求你自己写 GELU 和 SiLU",
     "this kata asks you to write the KL divergence yourself": "这道题要求你自己写 KL 散度",
     "this kata asks you to write batch norm yourself": "这道题要求你自己写批归一化",
+    "this kata asks you to write AdamW yourself": "这道题要求你自己写 AdamW",
     "this kata asks you to write the learning-rate schedule yourself": "这道题要求你自己写学习率调度",
     # judge/testing/modules.py: a NaN where PyTorch has a number, and what usually causes it
     "{call} returned {what} with NaN at index {where} ({count} of {total} elements) "
