@@ -211,6 +211,26 @@ LR_SCHEDULE = Rules(
     ),
     why="this kata asks you to write the learning-rate schedule yourself",
 )
+# Gradient clipping by norm (and by value): torch.nn.utils' helpers, under every name they
+# are re-exported by. Each is a `_no_grad` wrapper (a closure: its code cannot change), and
+# torch.nn.utils binds the wrappers themselves, so the function each one wraps (`__wrapped__`)
+# has its code replaced: every name of a wrapper, and the wrapped function, then refuse. The
+# module attributes are replaced too (torch versions without the wrapper). The clipping
+# primitives (torch.linalg.vector_norm, torch._foreach_norm, torch._foreach_mul_) stay allowed.
+_CLIPPING = (
+    ("clip_grad_norm_", "torch.nn.utils.clip_grad_norm_"),
+    ("clip_grad_value_", "torch.nn.utils.clip_grad_value_"),
+    ("_get_total_norm", "torch.nn.utils.get_total_norm"),
+    ("_clip_grads_with_norm_", "torch.nn.utils.clip_grads_with_norm_"),
+)
+GRAD_CLIPPING = Rules(
+    python=(
+        *((f"torch.nn.utils.clip_grad:{name}", "__wrapped__", shown) for name, shown in _CLIPPING),
+        *(("torch.nn.utils.clip_grad", name, shown) for name, shown in _CLIPPING),
+        ("torch.nn.utils.clip_grad", "clip_grad_norm", "torch.nn.utils.clip_grad_norm"),
+    ),
+    why="this kata asks you to accumulate and clip the gradients yourself",
+)
 # Layer norm, and the norms that compute it over another axis (group_norm with one group,
 # batch or instance norm of a reshaped input).
 LAYER_NORM = Rules(
