@@ -231,6 +231,18 @@ GRAD_CLIPPING = Rules(
     ),
     why="this kata asks you to accumulate and clip the gradients yourself",
 )
+# Dynamic loss scaling: GradScaler under every name (torch.amp's; torch.cuda.amp's and
+# torch.cpu.amp's subclasses construct through its __init__, so refusing that refuses them all),
+# its methods (a reference taken before construction), and its two kernels, which
+# FSDP's ShardedGradScaler also reaches. torch.isfinite, mul_ and torch._foreach_mul_ stay allowed.
+LOSS_SCALING = Rules(
+    operators=("_amp_foreach_non_finite_check_and_unscale", "_amp_update_scale"),
+    python=tuple(
+        ("torch.amp.grad_scaler:GradScaler", method, "torch.amp.GradScaler")
+        for method in ("__init__", "scale", "unscale_", "step", "update", "_unscale_grads_", "_maybe_opt_step")
+    ),
+    why="this kata asks you to write dynamic loss scaling yourself",
+)
 # Layer norm, and the norms that compute it over another axis (group_norm with one group,
 # batch or instance norm of a reshaped input).
 LAYER_NORM = Rules(

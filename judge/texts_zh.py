@@ -244,6 +244,7 @@ ZH: dict[str, str] = {
     "this kata asks you to write AdamW yourself": "这道题要求你自己写 AdamW",
     "this kata asks you to write the learning-rate schedule yourself": "这道题要求你自己写学习率调度",
     "this kata asks you to accumulate and clip the gradients yourself": "这道题要求你自己累积并裁剪梯度",
+    "this kata asks you to write dynamic loss scaling yourself": "这道题要求你自己写动态损失缩放",
     # judge/testing/modules.py: a NaN where PyTorch has a number, and what usually causes it
     "{call} returned {what} with NaN at index {where} ({count} of {total} elements) "
     "where PyTorch gives {want}. {hint}": (
