@@ -26,9 +26,10 @@ spec.FLOAT64_RULE), every scale from the twin's trace:
   parameters: rtol ROUND * eps, atol SHIFT * eps * P (P = the largest twin parameter plus,
     for every step taken so far, 2 * lr * the largest gradient: momentum 0.5 at most doubles it);
   the step count and the growth tracker: exactly.
-Measured over 100 seeds x every case (float32 and float64; the float64 rule's float64 runs),
-the solution and both variants: worst error 0.047 of the allowed (float32 params), 0.0 in the
-float64 rule's runs (powers of two: every method is exact there).
+Measured over 100 seeds x every case (float32, float64 in the core tier, and the float64
+rule's float64 runs), on the solution, the tensor-state variant and Megatron-LM's glued one, worst
+error as a fraction of the allowed: gradients 0.33 (float32), scales 0.19, the scaled loss
+0.09, parameters 0.08; in the float64 rule's runs 0 (powers of two: every method is exact).
 """
 
 from __future__ import annotations
@@ -591,7 +592,7 @@ SPEC = KataSpec(
     tolerance_note=(
         "shown for parameters and gradients up to 1: atol scales with the largest parameter plus the steps taken "
         "(gradients: the largest gradient); scales within 2**-20 relative (GradScaler's is float32); step counts "
-        "and the growth tracker exactly: the solution and variants measured at most 0.05 of these"
+        "and the growth tracker exactly: the solution and variants measured at most 0.33 of these"
     ),
     cases=CASES,
     benchmark=benchmark,
