@@ -77,6 +77,23 @@ def run_here(function, implementation, args: tuple, kwargs: dict):
             torch.cuda.set_rng_state_all(cuda_states)
 
 
+def outcome(fn) -> str:
+    """What a call did, as a sentence a scenario returns: "raised ValueError", "raised
+    RuntimeError: ...", or "returned normally". The stub's NotImplementedError and the guard's
+    refusals propagate: they are verdicts of their own."""
+    from judge.forbidden import ForbiddenCallError  # here: forbidden imports torch
+
+    try:
+        fn()
+    except ValueError:
+        return "raised ValueError"
+    except (NotImplementedError, ForbiddenCallError):
+        raise
+    except Exception as error:  # noqa: BLE001 - the message names what was raised instead
+        return f"raised {type(error).__name__}: {error}"
+    return "returned normally"
+
+
 def copied(value):
     """Tensors copied with their strides (a transposed view stays transposed), containers rebuilt."""
     import torch

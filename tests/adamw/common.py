@@ -21,12 +21,12 @@ import torch
 import torch._dynamo  # noqa: F401 - see below
 from torch import nn
 
-from judge.forbidden import ADAMW, ForbiddenCallError
+from judge.forbidden import ADAMW
 from judge.language import pick
 from judge.testing.checks import Mismatch, assert_close, describe
 from judge.testing.diagnosis import diagnosing
 from judge.testing.inputs import randn
-from judge.testing.scenarios import scenario
+from judge.testing.scenarios import outcome, scenario
 from judge.testing.spec import CaseTable, KataSpec, core_dtype, edge
 
 # The first Optimizer(...) of a process imports torch._dynamo (its methods are wrapped by
@@ -423,19 +423,6 @@ def check_round_trip(kata, story: Story, steps: int) -> None:
 
 # --------------------------------------------------------------------------- the conventions' scenarios
 
-
-def outcome(fn) -> str:
-    """What a call did: "raised ValueError", "raised RuntimeError: ...", or "returned normally".
-    The stub's NotImplementedError and the guard's refusals propagate."""
-    try:
-        fn()
-    except ValueError:
-        return "raised ValueError"
-    except (NotImplementedError, ForbiddenCallError):
-        raise
-    except Exception as error:  # noqa: BLE001 - the message names what was raised instead
-        return f"raised {type(error).__name__}: {error}"
-    return "returned normally"
 
 
 @scenario

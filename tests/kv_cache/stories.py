@@ -20,7 +20,7 @@ from judge.language import pick, tr
 from judge.testing import modules
 from judge.testing.checks import Mismatch, check_tensor_kind, describe, judge_on_device
 from judge.testing.diagnosis import diagnosing
-from judge.testing.scenarios import scenario
+from judge.testing.scenarios import outcome, scenario
 
 from .common import (
     CASES,
@@ -72,21 +72,6 @@ def updating(kata, sizes: tuple, pieces: list) -> dict:
         trace["updates"].append(step)
     return trace
 
-
-def outcome(fn) -> str:
-    """What a call did, as a sentence: "raised ValueError", "raised RuntimeError: ...", or
-    "returned normally". The stub's NotImplementedError and the guard's refusals propagate."""
-    from judge.forbidden import ForbiddenCallError
-
-    try:
-        fn()
-    except ValueError:
-        return "raised ValueError"
-    except (NotImplementedError, ForbiddenCallError):
-        raise
-    except Exception as error:  # noqa: BLE001 - the message names what was raised instead
-        return f"raised {type(error).__name__}: {error}"
-    return "returned normally"
 
 
 @scenario
