@@ -197,14 +197,10 @@ def group_lrs(optimizer) -> list:
     return [plain(group["lr"]) for group in optimizer.param_groups]
 
 
-@scenario
-def stepped(kata, schedule: dict, lrs: list, steps: int) -> list:
-    """The story of make_scheduler: an SGD with a param group per lr in `lrs`, the scheduler
-    made, then `steps` times optimizer.step() and scheduler.step(). The trace: every group's
-    lr right after make_scheduler, then after each step; it stops at an exception (its text)."""
-    optimizer = optimizer_with_groups(lrs)
-    scheduler = kata.make_scheduler(optimizer, **schedule)
-    trace = [group_lrs(optimizer)]
+def stepping(optimizer, scheduler, steps: int) -> list:
+    """`steps` times optimizer.step() and scheduler.step(): every group's lr after each; it
+    stops at an exception, recorded as its text."""
+    trace = []
     for _ in range(steps):
         try:
             optimizer.step()
@@ -214,6 +210,16 @@ def stepped(kata, schedule: dict, lrs: list, steps: int) -> list:
             break
         trace.append(group_lrs(optimizer))
     return trace
+
+
+@scenario
+def stepped(kata, schedule: dict, lrs: list, steps: int) -> list:
+    """The story of make_scheduler: an SGD with a param group per lr in `lrs`, the scheduler
+    made, then `steps` times optimizer.step() and scheduler.step(). The trace: every group's
+    lr right after make_scheduler, then after each step; it stops at an exception (its text)."""
+    optimizer = optimizer_with_groups(lrs)
+    scheduler = kata.make_scheduler(optimizer, **schedule)
+    return [group_lrs(optimizer), *stepping(optimizer, scheduler, steps)]
 
 
 @scenario
@@ -230,16 +236,7 @@ def resumed(kata, schedule: dict, lrs: list, saved_at: int, after: int) -> list:
     optimizer = optimizer_with_groups(lrs)
     scheduler = kata.make_scheduler(optimizer, **schedule)
     scheduler.load_state_dict(state)
-    trace = []
-    for _ in range(after):
-        try:
-            optimizer.step()
-            scheduler.step()
-        except Exception as error:  # noqa: BLE001 - the judge says which step raised
-            trace.append(raised(error))
-            break
-        trace.append(group_lrs(optimizer))
-    return trace
+    return stepping(optimizer, scheduler, after)
 
 
 @scenario
