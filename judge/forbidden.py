@@ -179,8 +179,8 @@ ADAMW = Rules(
 # The warmup-cosine schedule: torch's schedulers that compute a cosine or a warmup for you
 # (their chainable get_lr and their closed forms; SequentialLR's step, which hands over from
 # one to the next), and transformers' schedule lambdas where transformers is installed (it is
-# no dependency: the kata process imports it only then). LambdaLR, LRScheduler itself and
-# math stay allowed: a correct solution needs them.
+# no dependency: a site whose module does not import is skipped when the rules are applied).
+# LambdaLR, LRScheduler itself and math stay allowed: a correct solution needs them.
 _TORCH_SCHEDULES = "torch.optim.lr_scheduler"
 _TRANSFORMERS_SCHEDULES = (
     "_get_cosine_schedule_with_warmup_lr_lambda",  # get_cosine_schedule_with_warmup, ..._with_min_lr_...
@@ -189,7 +189,6 @@ _TRANSFORMERS_SCHEDULES = (
     "_get_linear_schedule_with_warmup_lr_lambda",
     "_get_wsd_scheduler_lambda",
 )
-_HAS_TRANSFORMERS = importlib.import_module("importlib.util").find_spec("transformers") is not None
 LR_SCHEDULE = Rules(
     python=(
         *(
@@ -206,7 +205,6 @@ LR_SCHEDULE = Rules(
         *(
             ("transformers.optimization", name, "transformers.get_cosine_schedule_with_warmup")
             for name in _TRANSFORMERS_SCHEDULES
-            if _HAS_TRANSFORMERS
         ),
     ),
     why="this kata asks you to write the learning-rate schedule yourself",
