@@ -31,7 +31,7 @@ from judge.limits import DEFAULT, Limits
 from judge.paths import KATAS, ROOT
 from judge.protocol import KataResult
 from judge.reporting import head, row, timing_head, timing_row, verdict_end, width_of, write_json
-from judge.scheduling import Job, default_workers, grade_all, serve, time_all, timing_server
+from judge.scheduling import Job, Spare, default_workers, grade_all, serve, time_all
 from judge.status_line import StatusLine
 from judge.stubs import StubError, refresh_stubs
 
@@ -138,7 +138,8 @@ def grade_command(argv: list[str]) -> int:
     shown = os.path.relpath(args.impl_dir, Path.cwd())
     colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     width = width_of(list(paths))
-    timer = None if args.no_timing else timing_server(args.device, limits, fork)  # warms up meanwhile
+    # the timing runs on a fork server the grades leave warm (no second import of torch)
+    timer = None if args.no_timing else Spare()
     status = StatusLine(sys.stderr, len(jobs), enabled=sys.stderr.isatty())
     rows = Rows(status, lambda result: row(result, width=width, colour=colour))
     status.above("\n".join(head(impl=shown, seed=seed, width=width)))
@@ -153,6 +154,7 @@ def grade_command(argv: list[str]) -> int:
             progress=status,
             on_result=rows,
             shards=default_shards(len(jobs), args.jobs),
+            spare=timer,
         )
         advice = (
             replay_line(results, seed, single=len(results) == 1),
@@ -172,15 +174,15 @@ def grade_command(argv: list[str]) -> int:
                     fork=fork,
                     progress=status,
                     on_timed=lambda result: status.above(timing_row(result, width=width)),
-                    server=timer,
+                    server=timer.server,
                 )
             except OSError as error:  # timing is extra: the verdicts stand without it
                 status.above(tr("timing failed: {error}", error=error))
-            timer = None
+            timer = None  # time_all closed its server
     finally:
         status.clear()
-        if timer is not None:
-            timer.close()
+        if timer is not None and timer.server is not None:
+            timer.server.close()
     if args.json:
         write_json(args.json, results, seed)
     try:  # a convenience: it never fails a grade

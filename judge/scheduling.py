@@ -57,6 +57,15 @@ class ServerGone(Exception):
     """The fork server died or stopped answering."""
 
 
+@dataclass
+class Spare:
+    """Where grade_all leaves one of its fork servers running, warm, for what comes next (the
+    timing): a worker that runs out of jobs hands its server over, instead of closing it, if
+    none was handed over yet. Whoever asked for it closes it."""
+
+    server: Server | None = None
+
+
 class Server:
     """The grader's end of one fork server."""
 
@@ -156,12 +165,13 @@ def grade_all(
     on_result: Callable[[int, KataResult], None] | None = None,
     env: dict | None = None,
     shards: int = 1,
+    spare: Spare | None = None,
 ) -> list[KataResult]:
     """Grade the jobs, `workers` at a time, results in the jobs' order, each grade's tests in
     `shards` judging processes (engines.default_shards). progress(event, name) is told "start"
     and "done" for each kata, and on_result(index, result) each verdict as soon as it is known,
     from the worker threads (one at a time). `env`: variables set for the grades (the test
-    suite's switches), over this process's."""
+    suite's switches), over this process's. `spare`: gets a fork server left running (Spare)."""
     # ignore_cleanup_errors: a caller that exits mid-grade (pytest -x with the suite's pool)
     # leaves the servers writing there; the folder is theirs to finish, not an error
     language = kata_env(None, env).get("KATAS_LANG")
@@ -184,6 +194,7 @@ def grade_all(
             on_result=None if on_result is None else (lambda index, result: on_result(index, shown(index, result))),
             env=env,
             shards=shards,
+            spare=spare,
         )
     return [shown(index, result) for index, result in enumerate(results)]
 
@@ -220,6 +231,7 @@ def _grade_copies(
     on_result: Callable[[int, KataResult], None] | None = None,
     env: dict | None = None,
     shards: int = 1,
+    spare: Spare | None = None,
 ) -> list[KataResult]:
     if not jobs:
         return []
@@ -268,6 +280,9 @@ def _grade_copies(
                     with lock_results:
                         on_result(index, results[index])
         finally:
+            with lock:
+                if spare is not None and spare.server is None and server is not None:
+                    spare.server, server = server, None
             if server is not None:
                 server.close()
 
@@ -289,9 +304,8 @@ def time_all(
     server: Server | None = None,
 ) -> None:
     """Time each passing kata against its reference, one at a time, each in a process of its own,
-    by `server` (a fork server started beforehand, so it warms up while the katas are graded)
-    or a new one. progress(event, name) is told "timing" as each one starts, on_timed(result)
-    as it ends."""
+    by `server` (a warm fork server: the one grade_all left as its Spare) or a new one.
+    progress(event, name) is told "timing" as each one starts, on_timed(result) as it ends."""
     server = server or (_start(device, limits, None) if fork else None)
     fresh = ProcessEngine(device=device, limits=limits)
     try:
@@ -314,11 +328,6 @@ def time_all(
     finally:
         if server is not None:
             server.close()
-
-
-def timing_server(device: str, limits: Limits, fork: bool) -> Server | None:
-    """A fork server for time_all, started now: it imports torch while the katas are graded."""
-    return _start(device, limits, None) if fork else None
 
 
 def _serialised(progress: Callable[[str, str], None] | None) -> Callable[[str, str], None]:

@@ -108,8 +108,9 @@ def test_a_busy_machine_never_times_out_a_correct_kata():
 @pytest.mark.timeout(300)
 def test_json_report_and_exit_status_for_solutions(tmp_path):
     out = tmp_path / "result.json"
-    run = run_grader(
-        "--impl", "solutions", "--kata", "causal_mask", "--kata", "padding_mask", "--json", str(out), "--device", "cpu"
+    run = run_grader(  # one worker: its fork server grades both, then times them
+        "--impl", "solutions", "--kata", "causal_mask", "--kata", "padding_mask", "--jobs", "1", "--json", str(out),
+        "--device", "cpu",
     )
     assert run.returncode == 0, run.stdout + run.stderr
     data = json.loads(out.read_text())
@@ -130,31 +131,26 @@ def test_json_report_and_exit_status_for_solutions(tmp_path):
 @pytest.mark.parametrize("broken", ["segfault", "kills_its_parent", "kills_the_fork_server"])
 def test_one_broken_kata_does_not_stop_the_others(tmp_path, broken):
     """Whatever the kata does to its own process or to the processes above it, the grade goes
-    on and the JSON report is written. (The sandbox refuses a kata's signals to other
-    processes: it is off here, to prove the walls behind it.)"""
+    on and the JSON report is written: one worker grades padding_mask, the broken causal_mask,
+    then softmax (the order asked), so the kata after it is graded by what survived, or
+    by a new fork server. (The sandbox refuses a kata's signals to other processes: it is off
+    here, to prove the walls behind it.)"""
     impl = tmp_path / "attempt"
     impl.mkdir()
     (impl / "causal_mask.py").write_text((BROKEN / "causal_mask" / f"{broken}.py").read_text())
-    (impl / "padding_mask.py").write_text((ROOT / "solutions" / "padding_mask.py").read_text())
+    for name in ("padding_mask", "softmax"):
+        (impl / f"{name}.py").write_text((ROOT / "solutions" / f"{name}.py").read_text())
     out = tmp_path / "result.json"
+    katas = ("--kata", "padding_mask", "--kata", "causal_mask", "--kata", "softmax")
     run = run_grader(
-        "--impl",
-        str(impl),
-        "--kata",
-        "causal_mask",
-        "--kata",
-        "padding_mask",
-        "--no-timing",
-        "--json",
-        str(out),
-        "--device",
-        "cpu",
+        "--impl", str(impl), *katas, "--jobs", "1", "--no-timing", "--json", str(out), "--device", "cpu",
         env={"KATAS_SANDBOX": "off"},
     )
     assert run.returncode == 1, run.stdout + run.stderr
-    statuses = {k["name"]: k["status"] for k in json.loads(out.read_text())["katas"]}
-    assert statuses == {"causal_mask": "crash", "padding_mask": "pass"}
-    assert json.loads(out.read_text())["score"] == 50
+    report = json.loads(out.read_text())
+    assert [k["name"] for k in report["katas"]] == ["padding_mask", "causal_mask", "softmax"]
+    statuses = {k["name"]: k["status"] for k in report["katas"]}
+    assert statuses == {"causal_mask": "crash", "padding_mask": "pass", "softmax": "pass"}
 
 
 @pytest.mark.timeout(300)
