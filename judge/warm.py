@@ -2,8 +2,9 @@
 warm process so each process forked from it starts warm: the grader's fork servers, and
 the judging process before it forks its kata processes. torch.fx.experimental.symbolic_shapes
 is what the first operation on a "meta" tensor (or under a dispatch mode) imports: half a
-second to two and a half, sympy included. torch._dynamo (1.3 s) is not warmed: no test
-needs it, and a kata that uses torch.compile imports it itself."""
+second to two and a half, sympy included. torch.nn.attention.bias (where causal_mask's
+forbidden CausalBias lives) imports torch._dynamo (0.8 s here), which every optimizer's first
+construction needs too (the training katas): warmed here, once."""
 
 from __future__ import annotations
 
