@@ -53,15 +53,19 @@ TOLERANCES = per_dtype(float64=(1e-12, 1e-12), float32=(1e-5, 1e-5))
 
 
 def toy_logprobs(seqs: torch.Tensor, *, seed: int, V: int, eos: int, eos_bias: list, prompt_len: int,
-                 std: float = 2.0, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """Log-probabilities [n, V] of the next token of each row of seqs [n, t]: pure and deterministic."""
+                 std: list = (2.0,), dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Log-probabilities [n, V] of the next token of each row of seqs [n, t]: pure and deterministic.
+    At the i-th new token the logits are N(0, std[i]^2) and EOS's gets eos_bias[i] (each list's
+    last value repeating): a model flat at first and sure later, or EOS likely only early."""
     rows = []
     for row in seqs.tolist():
         h = seed
         for token in row:
             h = (h * 1_000_003 + token + 1) % MOD
-        logits = torch.randn(V, generator=torch.Generator().manual_seed(h), dtype=torch.float64) * std
-        logits[eos] += eos_bias[min(max(len(row) - prompt_len, 0), len(eos_bias) - 1)]
+        i = max(len(row) - prompt_len, 0)  # how many tokens were generated before this one
+        logits = torch.randn(V, generator=torch.Generator().manual_seed(h), dtype=torch.float64)
+        logits = logits * std[min(i, len(std) - 1)]
+        logits[eos] += eos_bias[min(i, len(eos_bias) - 1)]
         rows.append(logits.log_softmax(-1))
     return torch.stack(rows).to(dtype=dtype, device=seqs.device)  # (n, V)
 
@@ -69,7 +73,7 @@ def toy_logprobs(seqs: torch.Tensor, *, seed: int, V: int, eos: int, eos_bias: l
 def model_of(case, seed: int, dtype: torch.dtype) -> dict:
     """The model's description (plain data): what toy_logprobs takes besides the sequences."""
     return {"seed": seed, "V": case["V"], "eos": case["eos"], "eos_bias": list(case["eos_bias"]),
-            "prompt_len": case["P"], "std": case.get("std", 2.0), "dtype": dtype}
+            "prompt_len": case["P"], "std": list(case.get("std", [2.0])), "dtype": dtype}
 
 
 def settings_of(case) -> dict:
@@ -193,16 +197,22 @@ def drawn(gen_seed: int, case, dtype: torch.dtype, expected=None):
 # --------------------------------------------------------------------------- cases
 
 # Sizes: P (prompt length), V, K (num_beams), T (max_new_tokens), eos (its id), eos_bias (added to
-# EOS's logit at the i-th new token, the last value repeating), lp (length_penalty), early.
+# EOS's logit at the i-th new token, the last value repeating), lp (length_penalty), early, and std
+# (the logits' spread at the i-th new token, 2.0 by default: small is flat, large is sure).
 # fmt: off
 EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
     edge("EOS dominates: the 2K backup keeps num_beams beams running", "EOS 占优：2K 个后备候选保证仍有 num_beams 条束在运行",
          P=2, V=9, K=3, T=5, eos=0, eos_bias=[2.5], lp=1.0, early=False),
-    edge("EOS on the first step", "第一步就生成 EOS",
-         P=3, V=7, K=2, T=4, eos=6, eos_bias=[3.5, -1.0], lp=1.0, early=True),
+    edge("EOS likely on the first two steps, early_stopping=True", "前两步 EOS 都很可能出现，early_stopping=True",
+         P=3, V=7, K=4, T=7, eos=0, eos_bias=[3.7, 2.2], lp=2.0, early=True, std=[2.7]),
+    edge("every beam's best candidate is EOS at step 2: only the backup runs on",
+         "第 2 步每条束的最佳候选都是 EOS：只有后备候选能继续运行",
+         P=2, V=9, K=2, T=6, eos=0, eos_bias=[-30.0, 8.0, -30.0], lp=2.0, early="never", std=[0.5, 0.5, 4.0]),
     edge("length penalty 2, early_stopping never (the heuristic uses max_new_tokens)",
          "length_penalty 为 2，early_stopping 为 never（启发式用 max_new_tokens）",
-         P=2, V=7, K=2, T=6, eos=1, eos_bias=[1.0], lp=2.0, early="never"),
+         P=3, V=9, K=2, T=6, eos=8, eos_bias=[2.7], lp=2.0, early="never", std=[0.5, 1.4]),
+    edge("EOS on the first step", "第一步就生成 EOS",
+         P=3, V=7, K=2, T=4, eos=6, eos_bias=[3.5, -1.0], lp=1.0, early=True),
     edge("length penalty -1 favours short hypotheses", "length_penalty 为 -1，偏向短的假设",
          P=1, V=8, K=3, T=5, eos=3, eos_bias=[0.5], lp=-1.0, early=False),
     edge("length penalty 0: plain sums", "length_penalty 为 0：直接求和",
