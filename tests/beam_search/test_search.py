@@ -7,6 +7,7 @@ import functools
 import torch
 
 from judge.language import pick
+from judge.testing.checks import Mismatch
 from judge.testing.scenarios import outcome, scenario
 from judge.testing.spec import FLOAT64_RULE, dtypes
 from judge.testing.tiers import convention, core
@@ -96,10 +97,19 @@ def refused(kata, prompt, settings: dict) -> str:
 def test_bad_settings_raise_value_error(kata):
     for what, prompt, change in BAD_SETTINGS:
         tokens, settings = torch.tensor(prompt, dtype=torch.long), {**GOOD, **change}
-        did = refused(kata, tokens, settings)
-        if did != "raised ValueError":
-            raise AssertionError(pick(f"{call_text(tokens, settings)} {did}; expected ValueError ({what})",
-                                      f"{call_text(tokens, settings)} {did}；应抛出 ValueError（{what}）"))
+
+        def replay(implementation, tokens=tokens, settings=settings) -> dict:
+            return {"outcome": refused(implementation, tokens, settings)}
+
+        with SPEC.diagnosing(replay, {}):
+            did = replay(kata)["outcome"]
+            if did != "raised ValueError":
+                shown = pick(did, "正常返回" if did == "returned normally" else did.replace("raised", "抛出了", 1))
+                raise Mismatch(
+                    pick(f"{call_text(tokens, settings)} {shown}; expected ValueError ({what})",
+                         f"{call_text(tokens, settings)} {shown}；应抛出 ValueError（{what}）"),
+                    what="outcome", actual=did, expected="raised ValueError",
+                )
 
 
 def _tight(kata, rng, dtype):
@@ -124,14 +134,22 @@ def test_float64_is_computed_in_float64_throughout(kata, rng):
 @convention("the result is plain Python: lists of ints and floats, no tensors.", zh="结果是纯 Python：int 与 float 的列表")
 def test_the_result_is_plain_python(kata):
     prompt = torch.tensor([3, 1])
-    got = searched(kata, MODEL, prompt, GOOD)["form"]
-    if got not in PLAIN:
-        raise AssertionError(pick(
-            f"{call_text(prompt, GOOD)} returned {got}; expected tuple(list[list[int]], list[float]): "
-            "convert with .tolist() / int() / float()",
-            f"{call_text(prompt, GOOD)} 返回了 {got}；应为 tuple(list[list[int]], list[float])："
-            "用 .tolist() / int() / float() 转换",
-        ))
+
+    def replay(implementation) -> dict:
+        return {"form": searched(implementation, MODEL, prompt, GOOD)["form"]}
+
+    with SPEC.diagnosing(replay, {}):
+        got = replay(kata)["form"]
+        if got not in PLAIN:
+            raise Mismatch(
+                pick(
+                    f"{call_text(prompt, GOOD)} returned {got}; expected tuple(list[list[int]], list[float]): "
+                    "convert with .tolist() / int() / float()",
+                    f"{call_text(prompt, GOOD)} 返回了 {got}；应为 tuple(list[list[int]], list[float])："
+                    "用 .tolist() / int() / float() 转换",
+                ),
+                what="form", actual=got, expected="tuple(list[list[int]], list[float])",
+            )
 
 
 @convention("prompt is never changed in place.", zh="prompt 永远不会被原地修改")
