@@ -241,6 +241,30 @@ LOSS_SCALING = Rules(
     ),
     why="this kata asks you to write dynamic loss scaling yourself",
 )
+# Beam search: transformers' own, where it is installed (it is no dependency: a site whose module
+# does not import is skipped): the vectorized _beam_search (>= 4.50) and its helpers, and the
+# BeamSearchScorer and BeamHypotheses of older releases. torch.topk and sorting stay allowed.
+_HF_BEAM_HELPERS = (
+    "_beam_search",
+    "_get_top_k_continuations",
+    "_get_running_beams_for_next_iteration",
+    "_update_finished_beams",
+    "_beam_search_has_unfinished_sequences",
+)
+BEAM_SEARCH = Rules(
+    python=(
+        *(
+            ("transformers.generation.utils:GenerationMixin", name, "transformers GenerationMixin._beam_search")
+            for name in _HF_BEAM_HELPERS
+        ),
+        *(
+            ("transformers.generation.beam_search:BeamSearchScorer", name, "transformers.BeamSearchScorer")
+            for name in ("__init__", "process", "finalize")
+        ),
+        ("transformers.generation.beam_search:BeamHypotheses", "add", "transformers BeamHypotheses"),
+    ),
+    why="this kata asks you to write beam search yourself",
+)
 # Layer norm, and the norms that compute it over another axis (group_norm with one group,
 # batch or instance norm of a reshaped input).
 LAYER_NORM = Rules(

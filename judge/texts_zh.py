@@ -243,6 +243,7 @@ ZH: dict[str, str] = {
     "this kata asks you to write batch norm yourself": "这道题要求你自己写批归一化",
     "this kata asks you to write AdamW yourself": "这道题要求你自己写 AdamW",
     "this kata asks you to write the learning-rate schedule yourself": "这道题要求你自己写学习率调度",
+    "this kata asks you to write beam search yourself": "这道题要求你自己写束搜索",
     "this kata asks you to accumulate and clip the gradients yourself": "这道题要求你自己累积并裁剪梯度",
     "this kata asks you to write dynamic loss scaling yourself": "这道题要求你自己写动态损失缩放",
     # judge/testing/modules.py: a NaN where PyTorch has a number, and what usually causes it
@@ -323,6 +324,8 @@ ZH: dict[str, str] = {
     "rows per expert": "每个专家处理的行数",
     "share dropped": "被丢弃的比例",
     "kept tokens": "保留的 token",
+    "hypotheses": "假设",
+    "scores": "分数",
     "buffers kept": "保留的缓冲区",
     "cache form": "缓存的形式",
     "grad modes": "梯度模式",
