@@ -39,10 +39,13 @@ HALF = (torch.float16, torch.bfloat16)
 
 # (rtol, atol) by the inputs' dtype, against the float64 reference rounded to it. Measured over
 # 100 seeds of this file's cases (every edge case and draw, default and custom scales), the
-# worst |error| / (atol + rtol |expected|) of the solution and every variant: see
-# tolerance_note. Half precision is computed in float32 and rounded once: within an ulp.
+# worst |error| / (atol + rtol |expected|) of the solution and both variants: float64 0.0013,
+# float32 0.068, float16 0.83, bfloat16 0.86. Half precision is computed in float32 and rounded
+# once: at most one ulp from the rounded reference, and rtol is one ulp (2^-10 < 1e-3 for
+# float16, 2^-7 < 8e-3 for bfloat16); computing in half itself lands 97x (float16) and 340x
+# (bfloat16) off.
 TOLERANCES = per_dtype(
-    float64=(1e-12, 1e-12), float32=(1.3e-6, 1e-5), float16=(1e-3, 1e-3), bfloat16=(8e-3, 8e-3)
+    float64=(1e-12, 1e-12), float32=(1.3e-6, 1e-5), float16=(1e-3, 1e-5), bfloat16=(8e-3, 1e-5)
 )
 
 
@@ -144,7 +147,11 @@ SPEC = KataSpec(
     ),
     forbidden=SLIDING_WINDOW_ATTENTION + Rules(threads=False),  # the tracer sees the calling thread only
     tolerances=TOLERANCES,
-    tolerance_note="against float64 SDPA with the band: measured in tolerance_measure.md",
+    tolerance_note=(
+        "against float64 SDPA with the band, rounded to the inputs' dtype: the solution and variants measured at "
+        "most 0.068 of these in float32 and 0.0013 in float64; half precision (computed in float32) within one ulp, "
+        "at most 0.86"
+    ),
     cases=CaseTable(draw=hidden_cases, edges=EDGES, draws=4),
     benchmark=benchmark,
 )
