@@ -1,4 +1,4 @@
-"""Kata【滑动窗口注意力：每个查询只看最近的 window 个键】: sliding-window causal attention (Mistral, Gemma): each query sees its last `window` keys."""
+"""Kata【滑动窗口注意力（Mistral 的局部因果窗口，查询位于最后 L 个位置）】: sliding-window causal attention (Mistral, Gemma): each query sees its last `window` keys."""
 
 import math
 

@@ -91,7 +91,7 @@ def hidden_cases(rng, count: int) -> list[dict]:
 EDGES = (  # the most telling first: the first failure shown is the first edge case that fails
     edge("odd sizes: S - L = 7, window 5", "奇数尺寸：S - L = 7，window 为 5",
          lead=[2, 3], L=9, S=16, E=6, Ev=5, window=5),
-    edge("L = S", "L = S", lead=[2], L=11, S=11, E=5, Ev=7, window=4),
+    edge("L = S", "查询与键一样多（L = S）", lead=[2], L=11, S=11, E=5, Ev=7, window=4),
     edge("single decode query", "单个解码查询", lead=[2], L=1, S=300, E=8, Ev=4, window=37),
     edge("window 1: each query sees only itself", "window 为 1：每个查询只看到自己",
          lead=[3], L=6, S=10, E=4, Ev=3, window=1),
