@@ -101,6 +101,17 @@ ATTENTION = Rules(
     modules=tuple(f"torch.nn:{layer}" for layer in ("MultiheadAttention", "Transformer", *_LAYERS)),
     why="this kata asks you to write attention yourself",
 )
+# flex_attention: its Python entry point, and the eager kernels of its higher-order operator
+# (a HigherOrderOperator, no aten operator to remove), for the katas that write a masked
+# attention (a sliding window is one mask_mod away from it).
+SLIDING_WINDOW_ATTENTION = ATTENTION + Rules(
+    python=(
+        ("torch.nn.attention.flex_attention", "flex_attention", "torch.nn.attention.flex_attention.flex_attention"),
+        ("torch._higher_order_ops.flex_attention", "sdpa_dense", "torch.nn.attention.flex_attention.flex_attention"),
+        ("torch._higher_order_ops.flex_attention", "math_attention", "torch.nn.attention.flex_attention.flex_attention"),
+    ),
+    why="this kata asks you to write attention yourself",
+)
 _ENGINE = "autograd (torch.autograd.grad, .backward(), torch.func or grad mode)"
 AUTOGRAD = Rules(
     operators=("_backward", "_make_dual"),  # autograd's kernels (softmax_backward_data & co), forward-mode AD

@@ -8,9 +8,8 @@ inputs the logsumexp may come back in float32 or float64 (a float64 one is round
 float32, then compared). The core tier judges float64 results with float32's tolerance (see
 FLOAT64_RULE); one convention test holds them to float64's.
 
-Structure: a TorchDispatchMode (`CreatedTensors` below: the judge has no tracer of its own,
-so it lives here) sees every aten op the kata's call runs. It runs inside the scenario
-`traced`, where the kata lives, and what it recorded comes back as data (the kata
+Structure: a TorchDispatchMode (`CreatedTensors`, judge/testing/tracing.py) sees every aten
+op the kata's call runs. It runs inside the scenario `traced`, where the kata lives, and what it recorded comes back as data (the kata
 process's word, as any scenario's result):
 - the largest tensor it creates (views and in-place results share an input's storage and
   are not new): at lengths where the full score matrix is large, none may hold as many
@@ -31,8 +30,6 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode  # the tests may trace; the kata may not
-from torch.utils._pytree import tree_flatten
 
 from judge.forbidden import ATTENTION, Rules
 from judge.language import pick
@@ -41,12 +38,12 @@ from judge.testing.checks import Mismatch, call_repr, describe
 from judge.testing.functions import FunctionKata
 from judge.testing.inputs import causal_blocked, randn
 from judge.testing.scenarios import scenario
+from judge.testing.tracing import CreatedTensors
 from judge.testing.spec import FLOAT64_RULE, CaseTable, KataSpec, dtypes, edge
 from judge.testing.tiers import convention, core
 from judge.testing.tolerances import per_dtype
 
 FULL = (torch.float32, torch.float64)
-aten = torch.ops.aten
 
 # (rtol, atol) of the output and the logsumexp, by the inputs' dtype, against the float64
 # references rounded to it. Measured over 100 seeds of this file's cases (both dtypes,
@@ -58,69 +55,6 @@ aten = torch.ops.aten
 # through float32 are off by millions of it (the float64 rule's test; the core tier judges
 # float64 results with float32's).
 TOLERANCES = per_dtype(float64=(1e-13, 1e-13), float32=(2.5e-6, 2e-5))
-
-
-# --------------------------------------------------------------------------- the tracer
-
-# The matrix products as the dispatch mode sees them (matmul, einsum, tensordot and linear
-# decompose into these), with the index of the first factor: its last dimension is the one
-# contracted.
-PRODUCTS = {
-    aten.mm: 0,
-    aten.bmm: 0,
-    aten.mv: 0,
-    aten.dot: 0,
-    aten.vdot: 0,
-    aten.addmm: 1,
-    aten.baddbmm: 1,
-    aten.addbmm: 1,
-    aten.addmv: 1,
-}
-
-
-class CreatedTensors(TorchDispatchMode):
-    """Context manager: records what the ops run under it create. `largest` (elements, then
-    bytes per element: a float [L, S] before a boolean one), `largest_bytes` and
-    `largest_what` describe the largest new tensor: a view or an in-place result shares an
-    input's storage and creates nothing. `scores` counts the elements of the matrix products
-    that contract over `head_size` (the scores q . k). `seen()`: all of it, as data."""
-
-    def __init__(self, head_size: int | None = None):
-        super().__init__()
-        self.head_size = head_size
-        self.largest, self.largest_bytes, self.largest_what, self.scores = (0, 0), 0, "nothing", 0
-        self.opaque = ""  # the first operator of another namespace than aten's (a custom op)
-
-    def seen(self) -> dict:
-        names = ("largest", "largest_bytes", "largest_what", "scores", "opaque")
-        return {name: getattr(self, name) for name in names}
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func.namespace not in ("aten", "prims") and not self.opaque:
-            self.opaque = str(func)  # what runs inside it is not seen here
-        result = func(*args, **kwargs)
-        first = PRODUCTS.get(func.overloadpacket)
-        if first is not None and self.head_size is not None and isinstance(result, torch.Tensor):
-            factor = args[first]
-            if isinstance(factor, torch.Tensor) and factor.dim() and factor.size(-1) == self.head_size:
-                self.scores += result.numel()
-        inputs = {
-            t.untyped_storage().data_ptr()
-            for t in tree_flatten((args, kwargs))[0]
-            if isinstance(t, torch.Tensor) and t.numel() and not t.is_meta
-        }
-        for t in tree_flatten(result)[0]:
-            if not isinstance(t, torch.Tensor) or t.is_meta or not t.numel():
-                continue
-            if t.untyped_storage().data_ptr() in inputs or (t.numel(), t.element_size()) <= self.largest:
-                continue
-            self.largest, self.largest_bytes = (t.numel(), t.element_size()), t.numel() * t.element_size()
-            self.largest_what = pick(
-                f"{describe(t)}, made by {func.overloadpacket.__name__}",
-                f"{describe(t)}，由 {func.overloadpacket.__name__} 创建",
-            )
-        return result
 
 
 # --------------------------------------------------------------------------- the cases
