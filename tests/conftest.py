@@ -3,11 +3,14 @@
 other_device), the torch-state guard and the results file. The maintainers' suite also
 grades mutants, variants, stubs and broken files in the background (tests/pool.py)."""
 
-from judge import plugin
-from judge.plugin import *  # noqa: F403 - pytest finds the plugin's hooks and fixtures here
+import pytest
 from pool import POOL
 
+from judge import plugin
+from judge.plugin import *  # noqa: F403 - pytest finds the plugin's hooks and fixtures here
 
+
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected: only the chosen tests' grades
 def pytest_collection_modifyitems(session, config, items):
     """The plugin's ordering and selection first; then the tests that read verdicts from the
     pool move after all the others, their modules' grading plans are gathered, and the pool
