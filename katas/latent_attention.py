@@ -1,4 +1,4 @@
-"""Kata【多头潜在注意力 MLA（DeepSeek-V2/V3，带潜在 KV 缓存）】: DeepSeek's multi-head latent attention, whose cache holds one compressed latent and one shared rotated key per token."""
+"""Kata【多头潜在注意力（DeepSeek MLA）及其潜在缓存】: DeepSeek's multi-head latent attention, whose cache holds one normalized latent and one shared rotated rope key per token."""
 
 import torch
 from torch import Tensor, nn
