@@ -306,6 +306,8 @@ ZH: dict[str, str] = {
     "the RMS of {name}": "{name} 的均方根",
     # what the tests compare, where a description names it (judge.testing.checks.label)
     "rotated keys": "旋转后的键",
+    "latent cache": "潜在向量缓存",
+    "rope key cache": "rope 键缓存",
     "values": "值",
     "inner products": "内积",
     "norms": "范数",
