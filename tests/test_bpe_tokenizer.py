@@ -424,7 +424,10 @@ SPEC = KataSpec(
         "smallest pair; merges applied in creation order per chunk), checked once against HF tokenizers and tiktoken"
     ),
     tolerances={},  # merges, vocab, ids and strings are compared exactly
-    tolerance_note="exact: merges (order included), vocab, ids and strings",
+    tolerance_note=(
+        "exact: merges (order included), vocab, ids and strings; the solution and both variants measured over 100 "
+        "seeds x every case: 0 differences"
+    ),
     cases=CASES,
     benchmark=benchmark,
 )
