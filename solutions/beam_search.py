@@ -70,7 +70,7 @@ def beam_search(
         >>> other = torch.tensor([0.0, 1.0, -1.0]).log_softmax(-1)
         >>> model = lambda seqs: torch.where(seqs[:, -1:] == 1, after_1, other)
         >>> beam_search(model, torch.tensor([0]), num_beams=2, max_new_tokens=3, eos_token_id=2)
-        ([[1, 2], [0, 1, 2]], [-0.4076059460639954, -0.7409392595291138])
+        ([[1, 2], [0, 1, 2]], [-0.40760594606399536, -0.7409392595291138])
     """
     ### BEGIN SOLUTION
     # TODO: validate the settings and the prompt (ValueError).
