@@ -38,10 +38,10 @@ from judge.testing.checks import Mismatch, call_repr, describe
 from judge.testing.functions import FunctionKata
 from judge.testing.inputs import causal_blocked, randn
 from judge.testing.scenarios import scenario
-from judge.testing.tracing import CreatedTensors
 from judge.testing.spec import FLOAT64_RULE, CaseTable, KataSpec, dtypes, edge
 from judge.testing.tiers import convention, core
 from judge.testing.tolerances import per_dtype
+from judge.testing.tracing import CreatedTensors, largest_tensor_note
 
 FULL = (torch.float32, torch.float64)
 
@@ -113,11 +113,8 @@ def benchmark(kata, device):
     query, key, value = (randn(gen, 2, 4, 1024, 64, device=device) for _ in range(3))
 
     def notes() -> dict:
-        tracer = CreatedTensors()
-        with torch.no_grad(), tracer:
-            kata.flash_attention(query, key, value, is_causal=True)
         naive = 2 * 4 * 1024 * 1024 * query.element_size()
-        return {"largest tensor": f"{tracer.largest_bytes / 1e6:.2g} MB vs {naive / 1e6:.2g} MB naive scores"}
+        return largest_tensor_note(lambda: kata.flash_attention(query, key, value, is_causal=True), naive)
 
     return (
         (lambda: kata.flash_attention(query, key, value, is_causal=True)),

@@ -32,7 +32,7 @@ from judge.testing.scenarios import scenario
 from judge.testing.spec import FLOAT64_RULE, CaseTable, KataSpec, dtypes, edge
 from judge.testing.tiers import convention, core
 from judge.testing.tolerances import per_dtype
-from judge.testing.tracing import CreatedTensors
+from judge.testing.tracing import CreatedTensors, largest_tensor_note
 
 FULL = (torch.float64, torch.float32)  # float64 first: the edge cases run in it
 HALF = (torch.float16, torch.bfloat16)
@@ -125,11 +125,8 @@ def benchmark(kata, device):
     mask = band(2048, 2048, 256, device)
 
     def notes() -> dict:
-        tracer = CreatedTensors(inputs_numel=(q.numel(),))
-        with torch.no_grad(), tracer:
-            kata.sliding_window_attention(q, k, v, 256)
         naive = 4 * 2048 * 2048 * q.element_size()
-        return {"largest tensor": f"{tracer.largest_bytes / 1e6:.2g} MB vs {naive / 1e6:.2g} MB naive scores"}
+        return largest_tensor_note(lambda: kata.sliding_window_attention(q, k, v, 256), naive, inputs_numel=(q.numel(),))
 
     return (
         (lambda: kata.sliding_window_attention(q, k, v, 256)),

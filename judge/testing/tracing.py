@@ -82,3 +82,12 @@ class CreatedTensors(TorchDispatchMode):
                 f"{describe(t)}，由 {func.overloadpacket.__name__} 创建",
             )
         return result
+
+
+def largest_tensor_note(call, naive_bytes: int, *, inputs_numel: tuple[int, ...] = ()) -> dict:
+    """A benchmark's notes: the largest tensor `call()` creates (no grad, traced) next to the
+    `naive_bytes` of the [..., L, S] scores a naive attention would make."""
+    tracer = CreatedTensors(inputs_numel=inputs_numel)
+    with torch.no_grad(), tracer:
+        call()
+    return {"largest tensor": f"{tracer.largest_bytes / 1e6:.2g} MB vs {naive_bytes / 1e6:.2g} MB naive scores"}
