@@ -23,7 +23,7 @@ import re
 
 from judge.language import pick
 from judge.testing.checks import Mismatch
-from judge.testing.scenarios import outcome, scenario
+from judge.testing.scenarios import outcome, raised, scenario
 from judge.testing.spec import CaseTable, KataSpec, edge
 from judge.testing.tiers import convention, core
 
@@ -164,14 +164,6 @@ CASES = CaseTable(draw=draw_stories, edges=EDGES, draws=3)
 # --------------------------------------------------------------------------- scenarios (run where the kata lives)
 
 
-def raised(error: Exception) -> str:
-    from judge.forbidden import ForbiddenCallError
-
-    if isinstance(error, (NotImplementedError, ForbiddenCallError)):  # the stub, a refusal: their own verdicts
-        raise error
-    return f"raised {type(error).__name__}: {error}"[:300]
-
-
 def plain_id(value):
     return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else repr(value)[:60]
 
@@ -215,14 +207,14 @@ def played(kata, pattern, text: str, vocab_size: int, probes: list, decodes: lis
         step = "encoded"
         trace["encoded"] = [plain_ids(tokenizer.encode(probe)) for probe in probes]
     except Exception as error:  # noqa: BLE001 - the judge says which step raised
-        trace[step] = raised(error)
+        trace[step] = raised(error, 300)
         return trace
     trace["decoded"] = []
     for ids in decodes:  # each decode on its own: a cut character may raise where a whole one does not
         try:
             trace["decoded"].append(tokenizer.decode(list(ids)))
         except Exception as error:  # noqa: BLE001 - the judge says which decode raised
-            trace["decoded"].append(raised(error))
+            trace["decoded"].append(raised(error, 300))
     return trace
 
 
@@ -237,7 +229,7 @@ def round_trips(kata, pattern, text: str, vocab_size: int, texts: list) -> dict:
             "training length": len(tokenizer.encode(text)),
         }
     except Exception as error:  # noqa: BLE001 - the judge says what raised
-        return {"round trips": raised(error)}
+        return {"round trips": raised(error, 300)}
 
 
 @scenario

@@ -23,7 +23,7 @@ from judge.forbidden import LR_SCHEDULE
 from judge.language import pick
 from judge.testing.checks import Mismatch, call_repr, distinct
 from judge.testing.functions import FunctionKata
-from judge.testing.scenarios import scenario
+from judge.testing.scenarios import raised, scenario
 from judge.testing.spec import CaseTable, KataSpec, edge
 from judge.testing.tiers import convention, core
 
@@ -163,14 +163,6 @@ def plain(value):
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value) if isinstance(value, float) else int(value)
     return f"{type(value).__name__} {value!r}"[:100]
-
-
-def raised(error: Exception) -> str:
-    from judge.forbidden import ForbiddenCallError
-
-    if isinstance(error, (NotImplementedError, ForbiddenCallError)):  # the stub, a refusal: their own verdicts
-        raise error
-    return f"raised {type(error).__name__}: {error}"
 
 
 @scenario

@@ -81,17 +81,24 @@ def outcome(fn) -> str:
     """What a call did, as a sentence a scenario returns: "raised ValueError", "raised
     RuntimeError: ...", or "returned normally". The stub's NotImplementedError and the guard's
     refusals propagate: they are verdicts of their own."""
-    from judge.forbidden import ForbiddenCallError  # here: forbidden imports torch
-
     try:
         fn()
     except ValueError:
         return "raised ValueError"
-    except (NotImplementedError, ForbiddenCallError):
-        raise
     except Exception as error:  # noqa: BLE001 - the message names what was raised instead
-        return f"raised {type(error).__name__}: {error}"
+        return raised(error)
     return "returned normally"
+
+
+def raised(error: Exception, limit: int | None = None) -> str:
+    """An exception a scenario caught, as the text it returns ("raised KeyError: 300"), cut to
+    `limit` characters; the stub's NotImplementedError and the guard's refusals are raised
+    again: they are verdicts of their own."""
+    from judge.forbidden import ForbiddenCallError  # here: forbidden imports torch
+
+    if isinstance(error, (NotImplementedError, ForbiddenCallError)):
+        raise error
+    return f"raised {type(error).__name__}: {error}"[:limit]
 
 
 def copied(value):
