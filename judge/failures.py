@@ -33,6 +33,8 @@ def kind_of(names: list[str], message: str, errno_: int | None, frames: list[int
         return ErrorKind.STATE
     if "ThreadLeftRunning" in names:
         return ErrorKind.THREAD_LEFT_RUNNING
+    if "WorldDeadlock" in names:
+        return ErrorKind.DEADLOCK
     if "NotImplementedError" in names and frames and frames[-1] is not None:  # the kata raised it itself
         return ErrorKind.NOT_IMPLEMENTED
     if "AssertionError" in names:
@@ -55,6 +57,7 @@ READ_AS_IS = (
     ErrorKind.FORBIDDEN,
     ErrorKind.STATE,
     ErrorKind.THREAD_LEFT_RUNNING,
+    ErrorKind.DEADLOCK,
 )
 
 

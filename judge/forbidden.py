@@ -48,7 +48,9 @@ Site = tuple[str, str, str]
 
 @dataclass(frozen=True)
 class Rules:
-    operators: tuple[str, ...] = ()  # substrings of aten operator names: removed, every overload
+    # substrings of operator names: removed, every overload; "c10d::send" names another
+    # namespace than aten (torch.distributed's communication operators live in c10d)
+    operators: tuple[str, ...] = ()
     python: tuple[Site, ...] = ()  # Python functions whose code is replaced by a refusal
     autograd: bool = False  # autograd removed: grad mode off for good, no engine, no torch.func
     modules: tuple[str, ...] = ()  # "module:Class" a kata's module may not contain (check_structure)
@@ -108,7 +110,11 @@ SLIDING_WINDOW_ATTENTION = ATTENTION + Rules(
     python=(
         ("torch.nn.attention.flex_attention", "flex_attention", "torch.nn.attention.flex_attention.flex_attention"),
         ("torch._higher_order_ops.flex_attention", "sdpa_dense", "torch.nn.attention.flex_attention.flex_attention"),
-        ("torch._higher_order_ops.flex_attention", "math_attention", "torch.nn.attention.flex_attention.flex_attention"),
+        (
+            "torch._higher_order_ops.flex_attention",
+            "math_attention",
+            "torch.nn.attention.flex_attention.flex_attention",
+        ),
     ),
     why="this kata asks you to write attention yourself",
 )
@@ -276,6 +282,27 @@ BEAM_SEARCH = Rules(
     ),
     why="this kata asks you to write beam search yourself",
 )
+# Every collective of torch.distributed, at torch's communication operators (namespace c10d):
+# dist.all_reduce and the others, a process group's own methods, torch.distributed.nn's autograd
+# functions, the object collectives and the functional collectives all reach them (and the
+# functional ones are removed whole). Point-to-point stays (send, recv_), and so does the barrier;
+# a receive from any source is refused (the ring names its peer). No thread may be started: the
+# judge counts messages with a dispatch mode, which a thread would leave.
+COLLECTIVES = Rules(
+    operators=(
+        "c10d::allreduce",
+        "c10d::gather",  # allgather_, _allgather_base_, allgather_into_tensor_coalesced_, gather_
+        "c10d::scatter",  # scatter_, reduce_scatter_ and its variants
+        "c10d::reduce",
+        "c10d::broadcast",
+        "c10d::alltoall",
+        "c10d::recv_any_source",
+        "_c10d_functional::",
+        "_c10d_functional_autograd::",
+    ),
+    threads=False,
+    why="this kata asks you to build the all-reduce from sends and receives (each rank naming its peer)",
+)
 # Layer norm, and the norms that compute it over another axis (group_norm with one group,
 # batch or instance norm of a reshaped input).
 LAYER_NORM = Rules(
@@ -406,17 +433,21 @@ def remove(rules: Rules, *, kata: str, kata_file: str) -> None:
 def _remove_operators(substrings: tuple[str, ...]) -> None:
     """A refusing kernel for every key of every aten operator whose name has a substring, on a
     dispatcher library whose only reference is dropped: the registrations live on, unreachable."""
-    library = torch._C._dispatch_library("IMPL", "aten", "", "", 0)
+    libraries = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Overriding a previously registered kernel"
         for operator, keys in _operators(substrings):
+            namespace, _, name = operator.rpartition("::")
+            if namespace not in libraries:
+                libraries[namespace] = torch._C._dispatch_library("IMPL", namespace or "aten", "", "", 0)
             kernel = _refusing_kernel(public_name(operator))
             for key in keys:
                 try:
-                    library.impl(operator, key, kernel, False)
+                    libraries[namespace].impl(name, key, kernel, False)
                 except RuntimeError:  # a key that takes no direct kernel (Meta of a composite)
                     continue
-    _leak(library)
+    for library in libraries.values():
+        _leak(library)
 
 
 def _operators(substrings: tuple[str, ...]) -> list[tuple[str, tuple]]:
@@ -466,12 +497,15 @@ _KEYS = (
 
 @functools.cache
 def _operators_with(substring: str) -> dict[str, tuple]:
-    """{aten operator: its dispatch keys with a kernel} for the operators whose name has
-    `substring`: the same for every kata, so worked out once per process (prepare())."""
+    """{operator: its dispatch keys with a kernel} for the operators whose name has `substring`
+    (aten's: "softmax"; another namespace's: "c10d::allreduce", named "c10d::allreduce_"):
+    the same for every kata, so worked out once per process (prepare())."""
     keys = [getattr(torch._C.DispatchKey, k) for k in _KEYS if hasattr(torch._C.DispatchKey, k)]
+    namespace, _, substring = substring.rpartition("::")
+    prefix = f"{namespace or 'aten'}::"
     found = {}
     for full in _all_operators():
-        if full.startswith("aten::") and substring in full[6:]:
+        if full.startswith(prefix) and substring in full[len(prefix) :]:
             with_kernel = []
             for key in keys:
                 try:
@@ -479,7 +513,7 @@ def _operators_with(substring: str) -> dict[str, tuple]:
                         with_kernel.append(key)
                 except RuntimeError:
                     continue
-            found[full[6:]] = tuple(with_kernel)
+            found[full[6:] if prefix == "aten::" else full] = tuple(with_kernel)
     return found
 
 
@@ -509,13 +543,28 @@ _PUBLIC = {
     "nll_loss2d": "F.nll_loss",
     "kl_div": "F.kl_div",
     "_native_multi_head_attention": "torch._native_multi_head_attention",
+    "c10d::allreduce_": "dist.all_reduce",
+    "c10d::allreduce_coalesced_": "dist.all_reduce_coalesced",
+    "c10d::allgather_": "dist.all_gather",
+    "c10d::_allgather_base_": "dist.all_gather_into_tensor",
+    "c10d::reduce_scatter_": "dist.reduce_scatter",
+    "c10d::_reduce_scatter_base_": "dist.reduce_scatter_tensor",
+    "c10d::reduce_": "dist.reduce",
+    "c10d::broadcast_": "dist.broadcast",
+    "c10d::alltoall_": "dist.all_to_all",
+    "c10d::alltoall_base_": "dist.all_to_all_single",
+    "c10d::scatter_": "dist.scatter",
+    "c10d::gather_": "dist.gather",
+    "c10d::recv_any_source_": "dist.recv without a source (src=None)",
 }
 
 
 def public_name(operator: str) -> str:
-    """How a refusal names an aten operator ("softmax.int"): its public name where it has one."""
-    base = operator.split(".")[0]
-    return _PUBLIC.get(base) or f"torch.ops.aten.{base}"
+    """How a refusal names an operator ("softmax.int", "c10d::allreduce_"): its public name
+    where it has one."""
+    namespace, _, name = operator.rpartition("::")
+    base = name.split(".")[0]
+    return _PUBLIC.get(base if not namespace else operator.split(".")[0]) or f"torch.ops.{namespace or 'aten'}.{base}"
 
 
 def _leak(value) -> None:
@@ -548,7 +597,9 @@ def _remove_python(owner: str, attribute: str, shown: str) -> None:
         co_qualname=function.__code__.co_qualname,
     )
     if function.__code__.co_freevars:  # a closure's code cannot change: replace the attribute
-        setattr(holder, attribute, staticmethod(_with_code(code)) if isinstance(raw, staticmethod) else _with_code(code))
+        setattr(
+            holder, attribute, staticmethod(_with_code(code)) if isinstance(raw, staticmethod) else _with_code(code)
+        )
     else:
         function.__code__ = code
 
@@ -605,6 +656,11 @@ def _autograd_originals() -> list:
 
 
 _AUTOGRAD_C = ("_set_grad_enabled", "_InferenceMode", "_ImperativeEngine")
+
+
+def prepare_rules(rules: Rules) -> None:
+    """Work out which operators `rules` remove, here, before forking the processes that remove them."""
+    _operators(rules.operators)
 
 
 def prepare() -> None:

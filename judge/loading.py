@@ -49,7 +49,9 @@ def load_kata(path: Path, *symbols: str):
     return module
 
 
-def load_denied(path: Path, symbols: dict[str, Rules], kata_name: str, private_dir: str | None = None):
+def load_denied(
+    path: Path, symbols: dict[str, Rules], kata_name: str, private_dir: str | None = None, *, namespaces: bool = True
+):
     """The kata module, imported in a process from which what its symbols' rules forbid has
     been removed for good (judge.forbidden), after a static scan for escape hatches, inside
     the sandbox's walls when `private_dir` (its only writable place) is given; torch's global
@@ -61,7 +63,7 @@ def load_denied(path: Path, symbols: dict[str, Rules], kata_name: str, private_d
         from judge.sandbox import enclose
 
         os.environ["TMPDIR"] = tempfile.tempdir = private_dir
-        enclose(private_dir, threads=rules.threads and not rules.autograd)
+        enclose(private_dir, threads=rules.threads and not rules.autograd, namespaces=namespaces)
     baseline = torch_state()
     module = load_kata(path, *symbols)
     restore_torch_state(baseline, when=tr("importing {file}", file=path.name))

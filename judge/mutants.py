@@ -6,7 +6,8 @@ is a named operator applied to the current source, never a stale copy of it):
     [[mutant]]
     name = "diagonal_blocked"               # unique within the kata
     why = "The diagonal is blocked too: a position must be able to see itself."
-    expect = "fail"                          # or "forbidden", for a slip that delegates
+    expect = "fail"                          # or "forbidden", for a slip that delegates;
+                                             # or "timeout", for one that deadlocks (judge/worlds.py)
     tier = "core"                            # the tier whose test rejects it: "core" (the math)
                                              # or "conventions" (every core test still passes)
     [[mutant.edit]]                          # one or more; applied in order
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from judge.paths import MUTANTS, SOLUTIONS
 
-EXPECTED = ("fail", "forbidden")
+EXPECTED = ("fail", "forbidden", "timeout")
 TIERS = ("core", "conventions")  # judge.protocol.Tier
 
 

@@ -76,7 +76,9 @@ def pytest_addoption(parser):
         "--kata-timing", action="store_true", help="(grader) time the kata against its reference; run no test"
     )
     group.addoption("--shard", default=None, help="(grader) run shard i of n: the tests i, i+n, ... (judge.shards)")
-    group.addoption("--gate", type=int, default=None, help="(grader) wait, tests collected, for a word on this descriptor")
+    group.addoption(
+        "--gate", type=int, default=None, help="(grader) wait, tests collected, for a word on this descriptor"
+    )
     group.addoption("--timing-rounds", type=int, default=9, help="(grader) interleaved timing rounds")
     group.addoption(
         "--timing-threads", type=int, default=TIMING_THREADS, help="(grader) CPU threads for both sides of a timing"
@@ -222,7 +224,7 @@ def kata(request):
         writer.working = [os.getpid(), request.config.kata_zygote.pid, process.pid]
         writer.events.write(Begin(nodeid=writer.running, importing=path.name, pids=writer.working))
     tests = (request.module.__name__, list(sys.path))
-    kata = process.load(str(path), spec.kata, spec.guarded_symbols, tests)
+    kata = process.load(str(path), spec.kata, spec.guarded_symbols, tests, world=spec.world)
     if writer is not None:
         writer.events.write(Begin(nodeid=writer.running, pids=writer.working))
     request.config.kata_loaded = (key, kata)
@@ -295,7 +297,7 @@ def as_convention(item, error: tuple[ErrorKind, str, str]) -> tuple[ErrorKind, s
     tier, stub_says = tier_of(item)
     if tier != CONVENTIONS or kind not in (ErrorKind.MISMATCH, ErrorKind.RAISED, ErrorKind.SIGNATURE):
         return error
-    return kind, name, tr("a convention (the stub: \"{quote}\"): {text}", quote=stub_says, text=text)
+    return kind, name, tr('a convention (the stub: "{quote}"): {text}', quote=stub_says, text=text)
 
 
 def refusals(item) -> list[str]:
@@ -409,7 +411,7 @@ def pytest_runtestloop(session):
     process = KataProcess(config.kata_zygote, mirror_death=True)
     item = session.items[0]
     tests = (item.module.__name__, list(sys.path))
-    kata = process.load(str(impl_path(config, spec.kata)), spec.kata, spec.guarded_symbols, tests)
+    kata = process.load(str(impl_path(config, spec.kata)), spec.kata, spec.guarded_symbols, tests, world=spec.world)
     reference = load_kata(SOLUTIONS / f"{spec.kata}.py", *spec.guarded_symbols)  # trusted: the reference's side
     restore_torch_state(config.torch_baseline, when=f"importing {spec.kata}")
     choice = config.getoption("device")

@@ -59,6 +59,7 @@ class ErrorKind(StrEnum):
     OUT_OF_MEMORY = "out_of_memory"  # the memory limit
     OUTPUT_LIMIT = "output_limit"  # wrote more than the output limit (a print flood)
     SIGNATURE = "signature"  # the call did not even bind: the kata's signature differs
+    DEADLOCK = "deadlock"  # the ranks of a world all waited for each other (judge.worlds)
     RAISED = "raised"  # any other exception the kata's code raised
 
 

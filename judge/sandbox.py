@@ -58,10 +58,12 @@ def walls() -> dict[str, str]:
     return dict(_walls)
 
 
-def enclose(private_dir: str, *, threads: bool = True) -> dict[str, str]:
+def enclose(private_dir: str, *, threads: bool = True, namespaces: bool = True) -> dict[str, str]:
     """Put the walls up around this process (see the module docstring); `private_dir` is the
-    only place it may write. Returns walls()."""
-    _try("namespaces", _namespaces)
+    only place it may write; namespaces=False: the process is in its own already (a rank of a
+    world, judge/worlds.py, whose host made them). Returns walls()."""
+    if namespaces:
+        _try("namespaces", _namespaces)
     _try("rlimits", _rlimits)
     _try("no_new_privs", lambda: _prctl(PR_SET_NO_NEW_PRIVS, 1))
     _try("landlock", lambda: _landlock(private_dir))

@@ -585,4 +585,21 @@ ZH: dict[str, str] = {
     "device handling not checked without a GPU: the kata reads tensor values in Python": (
         "没有 GPU，无法检查设备处理：题目代码在 Python 中读取了张量的值"
     ),
+    # judge/worlds.py: a world of ranks (the distributed katas)
+    "rank {rank} died ({reason})": "rank {rank} 死掉了（{reason}）",
+    "deadlock: {waiting} of {size} ranks stopped, each waiting for another, and nothing moved for "
+    "{seconds:g} s ({places})": "死锁：{size} 个 rank 中有 {waiting} 个停住了，互相等待，{seconds:g} 秒内毫无进展（{places}）",
+    "rank {rank} at {where}": "rank {rank} 停在 {where}",
+    "rank {rank}": "rank {rank}",
+    "{file}, line {line}: `{code}`": "{file} 第 {line} 行：`{code}`",
+    ". Every rank is in a blocking send: with gloo, dist.send waits until the peer receives, "
+    "so a send before the receive on every rank never ends; post both at once (dist.isend and "
+    "dist.irecv, then wait), or order them by rank (even ranks send first, odd ranks receive first)": (
+        "。每个 rank 都卡在阻塞的 send 上：在 gloo 下 dist.send 要等对方接收才返回，所以每个 rank 都先 send 后 recv "
+        "就永远结束不了；把两者一起挂上（dist.isend 和 dist.irecv，再 wait），或按 rank 排序（偶数 rank 先发，奇数 rank 先收）"
+    ),
+    ". Usually one rank calls a send, receive or collective that its peer never matches (another "
+    "order, another peer, or a message the other side skips)": (
+        "。通常是某个 rank 调用的 send、recv 或集合通信没有对方与之配对（顺序不同、对象不同，或对方跳过了这条消息）"
+    ),
 }

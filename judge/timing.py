@@ -13,7 +13,7 @@ another's figures and no two timings compete for the cores.
 from __future__ import annotations
 
 from judge.language import tr
-from judge.testing.scenarios import scenario
+from judge.testing.scenarios import scenario, world_scenario
 
 MIN_RUN_TIME = 0.02  # seconds per blocked_autorange measurement
 # One CPU thread for both sides: with two or more, every separate op of eager code pays a
@@ -87,6 +87,54 @@ def kata_side(kata, benchmark, device: str, threads: int, notes: bool = False) -
     return {"median": median, "notes": notes_fn() if notes and notes_fn else None}
 
 
+@world_scenario
+def world_side(implementation, benchmark, rounds: int, reference: bool) -> list[float]:
+    """On every rank of a world (a distributed kata's benchmark: `benchmark.world_size` ranks):
+    the seconds per call of the kata's call (or the reference's, in a world of the solution), in
+    `rounds` rounds of `benchmark.number` calls; every rank makes the same calls (a collective
+    needs them all), none is skipped by an adaptive timer."""
+    import time
+
+    import torch
+
+    kata_fn, reference_fn, *_ = benchmark(implementation, "cpu")
+    call = reference_fn if reference else kata_fn
+    seconds = []
+    with torch.no_grad():
+        call()  # warm-up: the first message on each connection
+        for _ in range(rounds):
+            start = time.perf_counter()
+            for _ in range(benchmark.number):
+                call()
+            seconds.append((time.perf_counter() - start) / benchmark.number)
+    return seconds
+
+
+def measure_world(benchmark, kata, reference, *, rounds: int) -> dict:
+    """measure() for a distributed kata: the kata's rounds in a world hosted by its kata
+    process, the reference's in a world of the solution forked here, rank 0's figures."""
+    kata_rounds = world_side(kata, benchmark.world_size, benchmark, rounds, False)[0]
+    reference_rounds = world_side(reference, benchmark.world_size, benchmark, rounds, True)[0]
+    return {"cpu": summary(list(zip(kata_rounds, reference_rounds)), threads=1)}
+
+
+def summary(pairs: list[tuple[float, float]], threads: int | None) -> dict:
+    """The timing of one device from its (kata, reference) seconds per round."""
+    ratios = [k / r for k, r in pairs]
+    low, high = _quartiles(ratios)
+    spread = high / low - 1
+    return {
+        "median_s": _middle([k for k, _ in pairs]),
+        "reference_median_s": _middle([r for _, r in pairs]),
+        "ratio": _middle(ratios),
+        "ratio_low": low,
+        "ratio_high": high,
+        "spread": round(spread, 4),
+        "reliable": spread <= UNRELIABLE_SPREAD,
+        "threads": threads,
+    }
+
+
 def measure(benchmark, kata, reference, devices: list[str], *, rounds: int, threads: int = TIMING_THREADS) -> dict:
     """{device: {median_s, reference_median_s, ratio, ratio_low, ratio_high, spread, reliable,
     threads[, notes]}} for the kata against its reference: ratio is the median per-round ratio,
@@ -100,6 +148,8 @@ def measure(benchmark, kata, reference, devices: list[str], *, rounds: int, thre
     process has removed)."""
     import torch
 
+    if getattr(benchmark, "world_size", None):
+        return measure_world(benchmark, kata, reference, rounds=rounds)
     steady_allocator()
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -114,19 +164,7 @@ def measure(benchmark, kata, reference, devices: list[str], *, rounds: int, thre
                     kata_median = kata_side(kata, benchmark, device, threads)["median"]
                     pairs.append((kata_median, _median(reference_fn, threads)))
                 pairs = pairs[1:]
-            ratios = [k / r for k, r in pairs]
-            low, high = _quartiles(ratios)
-            spread = high / low - 1
-            timing[device] = {
-                "median_s": _middle([k for k, _ in pairs]),
-                "reference_median_s": _middle([r for _, r in pairs]),
-                "ratio": _middle(ratios),
-                "ratio_low": low,
-                "ratio_high": high,
-                "spread": round(spread, 4),
-                "reliable": spread <= UNRELIABLE_SPREAD,
-                "threads": threads if device == "cpu" else None,
-            }
+            timing[device] = summary(pairs, threads if device == "cpu" else None)
             kata_notes, reference_notes = (list(extra) + [None, None])[:2]
             notes = kata_side(kata, benchmark, device, threads, notes=True)["notes"] if kata_notes else None
             notes = (notes or {}) | (reference_notes() if reference_notes else {})

@@ -136,6 +136,8 @@ def classify(name: str, events: list[Event], end: ProcessEnd, tail: str, limits:
         return result(Status.ERROR, load_error.message)
     if forbidden := first(ErrorKind.FORBIDDEN):
         return result(Status.FORBIDDEN, forbidden.message)
+    if deadlock := first(ErrorKind.DEADLOCK):
+        return result(Status.TIMEOUT, f"{deadlock.name}: {deadlock.message}")
     if collected is None:
         if finished:
             return result(Status.ERROR, f"the tests of {name} could not be collected (a grader bug): {tail}", True)

@@ -108,6 +108,14 @@ class RemoteKata(Elsewhere):
         )
         return answer["value"]
 
+    def run_world(self, function, size: int, args: tuple, kwargs: dict) -> list:
+        """A scenario run on every rank of a world of `size` (judge.worlds), hosted by the kata
+        process; [each rank's result]."""
+        answer = self._process.request(
+            "run_world", module=function.__module__, name=function.__qualname__, size=size, args=args, kwargs=kwargs
+        )
+        return answer["values"]
+
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
@@ -161,12 +169,14 @@ class KataProcess:
         reason = exit_reason(os.waitstatus_to_exitcode(status) if status is not None else None)
         raise KataDied(tr("the kata process died ({reason})", reason=reason))
 
-    def load(self, path: str, kata: str, symbols: dict, tests: tuple) -> RemoteKata:
+    def load(self, path: str, kata: str, symbols: dict, tests: tuple, *, world: bool = False) -> RemoteKata:
         """Have the kata process import the kata file, with what its symbols' rules forbid
         removed and inside the sandbox (its own temp dir, removed on close), after the test
         module `tests` = (name, sys.path), whose scenarios run there."""
         self.private = tempfile.TemporaryDirectory(prefix="kata-tmp-")
-        self.request("load", path=path, kata=kata, symbols=symbols, tests=tests, private_dir=self.private.name)
+        self.request(
+            "load", path=path, kata=kata, symbols=symbols, tests=tests, private_dir=self.private.name, world=world
+        )
         return RemoteKata(self)
 
     def begin_test(self) -> None:

@@ -8,6 +8,7 @@ but in this process; no object of the kata's crosses to the judge.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sys
@@ -20,8 +21,9 @@ import torch
 from judge import forbidden
 from judge.language import tr
 from judge.loading import load_denied, restore_torch_state
-from judge.remote.wire import ChannelClosed, dump_answer, load_request, opaque, recv_frame, send_frame, tagged
+from judge.remote.wire import ChannelClosed, dump_answer, load_request, opaque, recv_frame, send_frame, tag_of, tagged
 from judge.testing.scenarios import run_here
+from judge.worlds import open_loopback_network, run_world
 
 PRINTED_LIMIT = 2000  # characters of what the kata printed during one request passed to the judge
 PLAIN = (bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device, torch.Size, slice)
@@ -74,34 +76,42 @@ class KataServer:
         return text + (f" ... ({size} bytes in all)" if size > PRINTED_LIMIT else "")
 
     def error(self, error: BaseException) -> dict:
-        """The facts of an exception, for the judge to decide its kind: its class's and base
-        classes' names, message, errno, and the kata file's line of each frame (or None)."""
-        frames = [
-            entry.lineno if entry.filename == self.kata_file else None
-            for entry in traceback.extract_tb(error.__traceback__)
-        ]
-        errno_ = getattr(error, "errno", None)
-        return tagged(
-            "error",
-            names=[cls.__name__ for cls in type(error).__mro__],
-            message=str(error),
-            errno=errno_ if isinstance(errno_, int) else None,
-            frames=frames,
-            file=Path(self.kata_file).name,
-        )
+        return error_facts(error, self.kata_file)
 
     # ----------------------------------------------------------------------- operations
 
-    def op_load(self, path: str, kata: str, symbols: dict, tests: tuple, private_dir: str | None = None) -> dict:
+    def op_load(
+        self, path: str, kata: str, symbols: dict, tests: tuple, private_dir: str | None = None, world: bool = False
+    ) -> dict:
         """Import the kata's test module (its scenarios run here: `tests` is (its name, the
         judge's sys.path)), then the kata file, with what its symbols' rules forbid removed
-        and inside the sandbox (judge.loading.load_denied)."""
+        and inside the sandbox (judge.loading.load_denied). A distributed kata (`world`) is
+        loaded by each rank of each world instead (judge.worlds): this process only hosts them,
+        in a network of their own, and never imports it."""
         self.kata_file = str(Path(path))
         name, path_list = tests
         sys.path[:] = path_list
         importlib.import_module(name)
+        if world:
+            self.world_load = functools.partial(load_rank, Path(path), symbols, kata, private_dir)
+            self.private_dir = private_dir
+            if private_dir is not None and os.environ.get("KATAS_SANDBOX") != "off":
+                open_loopback_network()
+            forbidden.refuse_escape_hatches(Path(path))
+            forbidden.prepare_rules(forbidden.union(symbols))  # worked out once: the ranks only register
+            return {}
         self.kata, self.baseline = load_denied(Path(path), symbols, kata, private_dir)
         return {}
+
+    def op_run_world(self, module: str, name: str, size: int, args, kwargs) -> dict:
+        """A scenario of the judge's on every rank of a world of `size` (judge.worlds)."""
+        function = scenario_function(module, name)
+        answers = run_world(
+            function, size, args, kwargs, load=self.world_load, private_dir=self.private_dir, kata_file=self.kata_file
+        )
+        if tag_of(answers[0]) == "error":
+            return answers[0]
+        return {"values": [answer["value"] for answer in answers]}
 
     def op_run(self, module: str, name: str, args, kwargs) -> dict:
         """A scenario of the judge's (judge.testing.scenarios) on the learner's kata."""
@@ -122,6 +132,29 @@ class KataServer:
         if refused := forbidden.TRIPPED[self.test_start :]:
             raise forbidden.ForbiddenCallError(refused[0])
         return {}
+
+
+def load_rank(path: Path, symbols: dict, kata: str, private_dir: str | None):
+    """The kata as one rank of a world loads it: under its rules, inside the walls (the host's
+    namespaces, its private dir)."""
+    return load_denied(path, symbols, kata, private_dir, namespaces=False)[0]
+
+
+def error_facts(error: BaseException, kata_file: str) -> dict:
+    """The facts of an exception, for the judge to decide its kind: its class's and base
+    classes' names, message, errno, and the kata file's line of each frame (or None)."""
+    frames = [
+        entry.lineno if entry.filename == kata_file else None for entry in traceback.extract_tb(error.__traceback__)
+    ]
+    errno_ = getattr(error, "errno", None)
+    return tagged(
+        "error",
+        names=[cls.__name__ for cls in type(error).__mro__],
+        message=str(error),
+        errno=errno_ if isinstance(errno_, int) else None,
+        frames=frames,
+        file=Path(kata_file).name,
+    )
 
 
 def scenario_function(module: str, qualname: str):

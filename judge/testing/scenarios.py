@@ -34,6 +34,9 @@ class Elsewhere:
     def run(self, function, args: tuple, kwargs: dict):  # pragma: no cover - an interface
         raise NotImplementedError
 
+    def run_world(self, function, size: int, args: tuple, kwargs: dict) -> list:  # pragma: no cover
+        raise NotImplementedError
+
 
 class Scenario:
     """A scenario function, callable with any implementation (see the module docstring)."""
@@ -54,6 +57,33 @@ class Scenario:
 def scenario(function) -> Scenario:
     """Mark a module-level function as a scenario."""
     return Scenario(function)
+
+
+class WorldScenario(Scenario):
+    """A scenario played on every rank of a world (judge.worlds): `ring(kata, 4, x)` runs
+    ring(kata_of_rank, x) on ranks 0-3, each after joining the world's process group, and
+    gives [each rank's result]. The kata fixture's worlds are hosted by its kata process;
+    another implementation's (a slip's, for the diagnosis) are forked from here."""
+
+    def __call__(self, implementation, size: int, *args, **kwargs) -> list:
+        if isinstance(implementation, Elsewhere):
+            return implementation.run_world(self.function, size, args, kwargs)
+        import tempfile
+
+        from judge.remote.client import rebuild_error
+        from judge.remote.wire import tag_of
+        from judge.worlds import run_world
+
+        with tempfile.TemporaryDirectory(prefix="kata-world-") as private:
+            answers = run_world(self.function, size, args, kwargs, load=lambda: implementation, private_dir=private)
+        if tag_of(answers[0]) == "error":
+            raise rebuild_error(answers[0])
+        return [answer["value"] for answer in answers]
+
+
+def world_scenario(function) -> WorldScenario:
+    """Mark a module-level function as a scenario played on every rank of a world."""
+    return WorldScenario(function)
 
 
 def run_here(function, implementation, args: tuple, kwargs: dict):

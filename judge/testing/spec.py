@@ -129,6 +129,8 @@ class KataSpec:
     benchmark: Callable | None = None
     tolerance_note: str = ""  # how the tolerances were set, or what is added to them, for the README
     also: Mapping = field(default_factory=dict)  # more public symbols -> their own forbidden rules
+    world: bool = False  # a distributed kata: its scenarios run on the ranks of worlds (judge.worlds)
+    per_case_tolerance: bool = False  # tolerances computed per case (the note says how), not a table
 
     @property
     def guarded_symbols(self) -> dict:
@@ -186,6 +188,8 @@ def tolerance_table(specs: list[KataSpec]) -> str:
             cells.append(f"{tolerance['rtol']:.2g}, {tolerance['atol']:.2g}" if tolerance else "-")
         if not spec.tolerances:
             cells = ["exact"] * len(DTYPES)
+        if spec.per_case_tolerance:
+            cells = ["per case" if dtype in (torch.float64, torch.float32) else "-" for dtype in DTYPES]
         note = spec.tolerance_note.replace("|", "\\|")  # a | inside a cell would end it
         rows.append(f"| `{spec.kata}` | {' | '.join(cells)} | {note} |")
     return "\n".join(rows)
