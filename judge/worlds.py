@@ -17,6 +17,7 @@ one rank ends the world too (the others would wait for it forever): the first on
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime
 import faulthandler
@@ -32,7 +33,9 @@ import sys
 import time
 from pathlib import Path
 
-IDLE_SECONDS = 2.0  # unfinished ranks that use no CPU for this long are deadlocked
+IDLE_SECONDS = 2.0  # unfinished ranks that (almost) use no CPU for this long are deadlocked
+IDLE_SHARE = 0.05  # "almost": less than this share of one core, together (a deadlocked gloo rank
+# wakes now and then, a tick or two a second; a starved rank on a machine at load 8 gets 12%)
 RENDEZVOUS_SECONDS = 60  # gloo's own timeout: far beyond IDLE_SECONDS, a last resort
 _TICK = 0.05  # how often the host looks at its ranks
 _ERROR_GRACE = 0.3  # after a rank's error, how long the others may take to finish or fail too
@@ -159,7 +162,9 @@ def _collect(ranks: list[_Rank], kata_file: str, recv_frame, load_answer, closed
     selector = selectors.DefaultSelector()
     for each in ranks:
         selector.register(each.sock, selectors.EVENT_READ)
-    busy, quiet_since, errors = None, time.monotonic(), []
+    samples, errors = collections.deque(), []  # (time, CPU ticks of the unfinished ranks)
+    measured = len(waiting)
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     while waiting:
         for key, _ in selector.select(_TICK):
             each = waiting.pop(key.fd)
@@ -183,10 +188,16 @@ def _collect(ranks: list[_Rank], kata_file: str, recv_frame, load_answer, closed
         now = time.monotonic()
         if errors and now - errors[0][0] > _ERROR_GRACE:
             break  # the others may wait for the rank that failed, forever
-        used = sum(each.cpu() for each in waiting.values())
-        if used != busy:
-            busy, quiet_since = used, now
-        elif waiting and not errors and now - quiet_since > IDLE_SECONDS:
+        if len(waiting) != measured:
+            samples.clear()  # a rank finished: the ones left are measured afresh
+            measured = len(waiting)
+        samples.append((now, sum(each.cpu() for each in waiting.values())))
+        while len(samples) > 1 and now - samples[1][0] >= IDLE_SECONDS:
+            samples.popleft()
+        idle = (
+            now - samples[0][0] >= IDLE_SECONDS and samples[-1][1] - samples[0][1] < IDLE_SECONDS * ticks * IDLE_SHARE
+        )
+        if waiting and not errors and idle:
             raise WorldDeadlock(_deadlock_message(list(waiting.values()), len(ranks), kata_file, tr))
     return [errors[0][1]] if errors else [each.answer for each in ranks]
 
