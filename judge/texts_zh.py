@@ -244,6 +244,10 @@ ZH: dict[str, str] = {
     "this kata asks you to write AdamW yourself": "这道题要求你自己写 AdamW",
     "this kata asks you to write the learning-rate schedule yourself": "这道题要求你自己写学习率调度",
     "this kata asks you to write beam search yourself": "这道题要求你自己写束搜索",
+    "this kata asks you to build the all-reduce from sends and receives (each rank naming its peer)": (
+        "这道题要求你只用 send 和 recv 搭出 all-reduce（每个 rank 都要指明通信对象）"
+    ),
+    "dist.recv without a source (src=None)": "不指定来源的 dist.recv（src=None）",
     "this kata asks you to accumulate and clip the gradients yourself": "这道题要求你自己累积并裁剪梯度",
     "this kata asks you to write dynamic loss scaling yourself": "这道题要求你自己写动态损失缩放",
     # judge/testing/modules.py: a NaN where PyTorch has a number, and what usually causes it
@@ -591,6 +595,10 @@ ZH: dict[str, str] = {
     "{seconds:g} s ({places})": "死锁：{size} 个 rank 中有 {waiting} 个停住了，互相等待，{seconds:g} 秒内毫无进展（{places}）",
     "rank {rank} at {where}": "rank {rank} 停在 {where}",
     "rank {rank}": "rank {rank}",
+    "{what} on rank {rank}": "rank {rank} 上的{what}",
+    "sum": "和",
+    "input after": "调用后的输入",
+    "traffic": "通信",
     "{file}, line {line}: `{code}`": "{file} 第 {line} 行：`{code}`",
     ". Every rank is in a blocking send: with gloo, dist.send waits until the peer receives, "
     "so a send before the receive on every rank never ends; post both at once (dist.isend and "

@@ -1,4 +1,4 @@
-"""Kata【环形 All-Reduce】: ring all-reduce from point-to-point sends and receives."""
+"""Kata【用 send/recv 手写环形 All-Reduce】: ring all-reduce from point-to-point sends and receives."""
 
 import torch
 import torch.distributed as dist

@@ -48,6 +48,12 @@ EXPECTED = {  # tests/broken/<kata>/<file> -> (status, words its message must co
     ),  # hole 11
     "causal_mask/allocates_absurd_tensor": ("error", "ran out of memory"),
     "padding_mask/always_on_the_cpu": ("pass", "all 5 tests passed"),  # hole 2: see test below
+    "ring_all_reduce/calls_all_reduce": ("forbidden", "dist.all_reduce"),  # issue 25: at c10d's operators
+    "ring_all_reduce/calls_the_process_group": ("forbidden", "dist.all_reduce"),
+    "ring_all_reduce/all_gathers_then_sums": ("forbidden", "dist.all_gather_into_tensor"),
+    "ring_all_reduce/functional_collective": ("forbidden", "torch.ops._c10d_functional.all_reduce"),
+    "ring_all_reduce/receives_from_anyone": ("forbidden", "dist.recv without a source"),
+    "ring_all_reduce/opens_a_tcp_socket": ("fail", "Operation not permitted"),  # no new socket in a rank
     "scaled_dot_product_attention/calls_sdpa": ("forbidden", "F.scaled_dot_product_attention"),
     "scaled_dot_product_attention/calls_sdpa_by_alias": ("forbidden", "F.scaled_dot_product_attention"),
     "scaled_dot_product_attention/calls_aten_sdpa": ("forbidden", "scaled_dot_product_attention"),

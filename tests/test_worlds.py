@@ -2,7 +2,6 @@
 loopback, a deadlock is a verdict within seconds that names where each rank waits, a world
 ends whole, and what a rank raises comes back as its error."""
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -48,11 +47,6 @@ def rank_one_raises(kata) -> None:
     if dist.get_rank() == 1:
         raise ValueError("rank one's own error")
     dist.recv(torch.empty(1), 1)  # waits for rank 1, which never sends
-
-
-@world_scenario
-def pids(kata) -> int:
-    return os.getpid()
 
 
 @world_scenario
@@ -102,11 +96,19 @@ def test_a_ranks_error_ends_the_world_and_comes_back_as_that_error(hosted):
 
 
 def test_no_rank_outlives_its_world(hosted):
-    ranks = pids(hosted, 4)
+    """Ranks 0, 2 and 3 still wait for rank 1 when its error ends the world: they go with it,
+    as every rank goes when a deadlock is called."""
+    host = hosted._process.pid
+    with pytest.raises(ValueError, match="rank one's own error"):
+        rank_one_raises(hosted, 4)
+    assert children(host) == [], "ranks of an ended world are still alive"
     with pytest.raises(Exception, match="deadlock"):
-        everyone_sends_first(hosted, 4)
-    for pid in ranks:
-        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3]
+        everyone_sends_first(hosted, 2)
+    assert children(host) == [], "ranks of a deadlocked world are still alive"
+
+
+def children(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
 
 
 def test_a_collective_is_refused_in_a_rank(hosted):

@@ -21,6 +21,8 @@ def label(what: str) -> str:
         return tr("the gradient of `{name}`", name=match[1])
     if match := re.fullmatch(r"the RMS of (\S+)", what):
         return tr("the RMS of {name}", name=match[1])
+    if match := re.fullmatch(r"(.+) on rank (\d+)", what):  # a distributed kata's result, rank by rank
+        return tr("{what} on rank {rank}", what=label(match[1]), rank=match[2])
     return tr_data(what)
 
 
