@@ -53,7 +53,7 @@ SPEC = KataSpec(
             edge("fewer elements than ranks", "元素少于 rank 数（空块）", world=4, shape=(2,), transposed=False),
             edge("non-contiguous 3-D input", "非连续的 3 维输入", world=3, shape=(4, 3, 5), transposed=True),
             edge("two ranks, odd size", "两个 rank，奇数长度", world=2, shape=(7,), transposed=False),
-            edge("world size 1", "world size 1", world=1, shape=(5,), transposed=False),
+            edge("world size 1", "只有 1 个进程", world=1, shape=(5,), transposed=False),
         ),
         draws=3,
     ),
