@@ -303,6 +303,26 @@ COLLECTIVES = Rules(
     threads=False,
     why="this kata asks you to build the all-reduce from sends and receives (each rank naming its peer)",
 )
+# Tensor parallelism done for you: DTensor's entry points and torch.distributed.nn's autograd-aware
+# collectives (Python over dist.all_reduce & co, which the kata may call), and the functional
+# collectives at their operators. dist.all_reduce and dist.all_gather stay: the kata wraps them
+# in its own autograd Functions. No thread may be started: the judge counts collectives.
+_DIST_NN = ("all_reduce", "all_gather", "_all_gather_base", "reduce_scatter", "broadcast", "reduce", "all_to_all")
+TENSOR_PARALLEL = Rules(
+    operators=("_c10d_functional::", "_c10d_functional_autograd::"),
+    python=(
+        *(("torch.distributed.nn.functional", name, f"torch.distributed.nn.functional.{name}") for name in _DIST_NN),
+        ("torch.distributed.tensor", "distribute_tensor", "torch.distributed.tensor.distribute_tensor"),
+        ("torch.distributed.tensor:DTensor", "from_local", "torch.distributed.tensor.DTensor.from_local"),
+        (
+            "torch.distributed.tensor.parallel",
+            "parallelize_module",
+            "torch.distributed.tensor.parallel.parallelize_module",
+        ),
+    ),
+    threads=False,
+    why="this kata asks you to write the tensor-parallel operators yourself",
+)
 # Layer norm, and the norms that compute it over another axis (group_norm with one group,
 # batch or instance norm of a reshaped input).
 LAYER_NORM = Rules(

@@ -93,7 +93,11 @@ def play(kata, cases: list, dtype, seed: int) -> list[tuple]:
     played = []
     for world in sorted({case["world"] for case in cases}):
         mine = [(case, given) for case, given in prepared if case["world"] == world]
-        plays = reduced(kata, world, [{"inputs": given, **flags(case)} for case, given in mine])
+        batch = [{"inputs": given, **flags(case)} for case, given in mine]
+        with SPEC.diagnosing(
+            lambda implementation, world=world, batch=batch: {"plays": reduced(implementation, world, batch)}
+        ):
+            plays = reduced(kata, world, batch)  # what a rank raises is matched against the slips' own
         played += [(case, given, [plays[rank][n] for rank in range(world)]) for n, (case, given) in enumerate(mine)]
     return played
 
