@@ -25,6 +25,7 @@ NAMES = {
     "LoRA", "MoE", "DPO", "GRPO", "PPO", "GAE", "KV", "RoPE", "SwiGLU", "RMSNorm", "LayerNorm",
     "GQA", "MHA", "SDPA", "Flash", "FlashAttention", "Softmax", "Linear", "Embedding",
     "Hugging", "Face", "nanoGPT", "GPT", "Meta", "Adam", "AdamW", "SGD", "BOS", "EOS", "PAD",
+    "Megatron", "MLP", "GELU", "DDP", "ZeRO", "NCCL",
 }  # fmt: skip
 COMMAND_WORDS = {"make", "python", "pip", "install", "numpy", "pytest", "torch", "timeout"}
 SMALL_WORDS = {"the", "of", "is", "are", "and", "or", "to", "an", "in", "on", "with", "not", "was", "its", "it"}

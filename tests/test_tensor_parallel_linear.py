@@ -82,7 +82,7 @@ SPEC = KataSpec(
     cases=CaseTable(
         draw=draw,
         edges=(
-            case("the Megatron MLP", "Megatron MLP", world=2, kind="mlp", **{"in": 4, "out": 6}),
+            case("the Megatron MLP", "Megatron 的 MLP", world=2, kind="mlp", **{"in": 4, "out": 6}),
             case("gathered column output", "列并行输出再 all-gather", world=3, kind="column", **{"in": 5, "out": 6}),
             case("unsplit row input", "行并行的输入未切分", world=2, kind="row", split=False, **{"in": 6, "out": 3}),
             case("3-D input", "3 维输入", world=4, kind="row", lead=(2, 3), **{"in": 8, "out": 5}),
@@ -328,10 +328,12 @@ def test_sizes_the_world_does_not_divide_raise_value_error(kata):
     with SPEC.diagnosing(outcomes):
         for what, said in outcomes(kata).items():
             if said != "raised ValueError":
+                name, rank = what.split(" on rank ")
+                said_zh = "正常返回了" if said == "returned normally" else "抛出了 " + said.removeprefix("raised ")
                 raise Mismatch(
                     pick(
                         f"{what}, 5 features to split over 2 ranks: {said}; expected ValueError",
-                        f"{what}，把 5 个特征切到 2 个 rank 上：{said}；应抛出 ValueError",
+                        f"rank {rank} 上的 {name}，把 5 个特征切到 2 个 rank 上：{said_zh}；应抛出 ValueError",
                     ),
                     what=what,
                     actual=said,
@@ -392,7 +394,8 @@ def test_from_linear_copies_the_weights(kata, seed):
                     pick(
                         f"{what}: ColumnParallelLinear.from_linear(linear) shares storage with linear's parameters; "
                         "copy the slices (.detach().clone())",
-                        f"{what}：ColumnParallelLinear.from_linear(linear) 与 linear 的参数共享存储；请复制切片（.detach().clone()）",
+                        f"rank {what.split(' on rank ')[1]}：ColumnParallelLinear.from_linear(linear) 与 linear 的参数共享存储；"
+                        "请复制切片（.detach().clone()）",
                     ),
                     what=what,
                     actual=True,
