@@ -87,9 +87,10 @@ def reduced(kata, cases: list) -> list:
     return played
 
 
-def play(kata, cases: list, dtype, seed: int) -> list[tuple]:
-    """(case, its inputs, [each rank's play]) for every case, one world per world size."""
-    prepared = [(case, inputs(case, dtype, seed + n)) for n, case in enumerate(cases)]
+def play(kata, cases: list, seed: int) -> list[tuple]:
+    """(case, its inputs, [each rank's play]) for every case (each names its dtype), one world
+    per world size: a world costs 0.1-0.3 s, the cases in it next to nothing."""
+    prepared = [(case, inputs(case, case["dtype"], seed + n)) for n, case in enumerate(cases)]
     played = []
     for world in sorted({case["world"] for case in cases}):
         mine = [(case, given) for case, given in prepared if case["world"] == world]
@@ -222,17 +223,18 @@ def check_traffic(case, given, plays) -> None:
 
 @core(zh="每个 rank 都得到所有 rank 输入之和（float32、float64）")
 def test_every_rank_gets_the_sum_over_ranks(kata, rng, seed):
-    for dtype in DTYPES:
-        cases = SPEC.cases.cases(rng, edges=dtype == torch.float64)
-        for case, given, plays in play(kata, cases, dtype, seed):
-            with case.judged(), SPEC.diagnosing(replay_of(case, given), sizes=case):
-                check_sums(case, given, plays, exact_dtype=False)
+    cases = [
+        case | {"dtype": dtype} for dtype in DTYPES for case in SPEC.cases.cases(rng, edges=dtype == torch.float64)
+    ]
+    for case, given, plays in play(kata, cases, seed):
+        with case.judged(), SPEC.diagnosing(replay_of(case, given), sizes=case):
+            check_sums(case, given, plays, exact_dtype=False)
 
 
 @core(zh="只和左右邻居通信，每条消息是一块，总量 2(N-1)·numel")
 def test_ranks_talk_only_to_their_neighbours_one_chunk_at_a_time(kata, rng, seed):
     cases = SPEC.cases.cases(rng)
-    for case, given, plays in play(kata, cases, torch.float64, seed):
+    for case, given, plays in play(kata, [case | {"dtype": torch.float64} for case in cases], seed):
         with case.judged(), SPEC.diagnosing(replay_of(case, given), sizes=case):
             check_traffic(case, given, plays)
 
@@ -240,7 +242,7 @@ def test_ranks_talk_only_to_their_neighbours_one_chunk_at_a_time(kata, rng, seed
 @convention("tensor is left unchanged (the sum is a new tensor).", zh="输入张量保持不变")
 def test_the_input_is_left_unchanged(kata, seed):
     cases = [SPEC.cases.edges[0], SPEC.cases.edges[2]]  # fixed: a verdict that does not depend on the seed
-    for case, given, plays in play(kata, cases, torch.float64, seed):
+    for case, given, plays in play(kata, [case | {"dtype": torch.float64} for case in cases], seed):
         with case.judged(), SPEC.diagnosing(replay_of(case, given), sizes=case):
             for rank, each in enumerate(plays):
                 before = given[rank].transpose(0, -1) if case["transposed"] else given[rank]
@@ -263,17 +265,17 @@ def test_the_input_is_left_unchanged(kata, seed):
 )
 def test_int64_sums_are_exact_and_dtypes_kept(kata, seed):
     cases = [SPEC.cases.edges[0], SPEC.cases.edges[3]]
-    for dtype in (torch.int64, torch.float32):
-        for case, given, plays in play(kata, cases, dtype, seed):
-            with case.judged():
-                check_sums(case, given, plays, exact_dtype=True)
+    typed = [case | {"dtype": dtype} for dtype in (torch.int64, torch.float32) for case in cases]
+    for case, given, plays in play(kata, typed, seed):
+        with case.judged():
+            check_sums(case, given, plays, exact_dtype=True)
 
 
 @convention("a 0-d tensor gives a 0-d sum, an empty tensor an empty one (no message).", zh="0 维与空张量")
 def test_zero_dimensional_and_empty_tensors(kata, seed):
     cases = [edge("0-d tensor", "0 维张量", world=3, shape=(), transposed=False)]
     cases.append(edge("empty tensor", "空张量", world=2, shape=(0, 3), transposed=False))
-    for case, given, plays in play(kata, cases, torch.float64, seed):
+    for case, given, plays in play(kata, [case | {"dtype": torch.float64} for case in cases], seed):
         with case.judged():
             check_sums(case, given, plays, exact_dtype=True)
             check_traffic(case, given, plays)
