@@ -17,7 +17,7 @@ def call_text(story, step: int | None = None) -> str:
     """How the optimizer was made, on how many ranks, and after which step."""
     name = story["optimizer"]
     keywords = ", ".join(f"{k}={v!r}" for k, v in OPTIMIZERS[name][2].items())
-    call = f"ShardedOptimizer({argument_text(story['params'])}, {name}, {keywords})"
+    call = f"`ShardedOptimizer({argument_text(story['params'])}, {name}, {keywords})`"
     ranks, steps = story["world"], story["steps"]
     if step is None:
         return pick(f"{call} on {ranks} ranks", f"在 {ranks} 个 rank 上 {call}")
