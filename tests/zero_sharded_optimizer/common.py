@@ -14,10 +14,11 @@ batch (the reference), and both are compared.
 Tolerance (TOLERANCE): every value is float64 on both sides; the only difference is the
 order of additions (the ranks' gradients averaged by gloo against one backward over the whole
 batch), which AdamW's normalisation and ten steps carry to the parameters. Measured over 100
-seeds x every case (the edge cases and 2 draws a seed) for the solution and the variants (a
-script over the stories, not kept): worst error 1.1e-14 of the parameters, 4.4e-15 of the
-optimizer state, 2.3e-4 of the tolerance (rtol 1e-9, atol 1e-10). Summed instead of averaged
-gradients move AdamW's parameters by about 1e-6 after one step (its eps no longer matches).
+seeds x every case (the edge cases and 2 draws a seed) for the solution and both variants (a
+script over the stories, not kept): worst error 2.4e-13 on a parameter (1.2e-3 of the
+tolerance, rtol 1e-9 + atol 1e-10), 2.2e-15 on the optimizer state (1.6e-5 of it); the three
+files alike. Summed instead of averaged gradients move AdamW's parameters by 5.5e-6 to 6.6e-4
+after one step of the CS336 case (5 seeds): its eps no longer matches.
 """
 
 import math
@@ -291,7 +292,7 @@ SPEC = KataSpec(
     forbidden=ZERO_SHARDING,
     tolerances={torch.float64: TOLERANCE},
     tolerance_note="float64 parameters and optimizer state after every step, on every rank, against the unsharded "
-    "optimizer on the whole batch; worst correct file 2.3e-4 of it over 100 seeds",
+    "optimizer on the whole batch; worst correct file 1.2e-3 of it over 100 seeds",
     cases=CaseTable(draw=draw, edges=EDGES, draws=2),
     world=True,
     benchmark=benchmark,
