@@ -48,7 +48,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
       a group per group. It works on the model's Parameter objects themselves (no flat copies:
       the judge reads each optimizer_cls instance's .state and .param_groups). A rank that owns
       nothing in a group makes nothing for it (optimizer_cls([]) raises ValueError "optimizer
-      got an empty parameter list"), and still takes part in every collective.
+      got an empty parameter list"), and still takes part in every collective. The optimizer
+      state lives in these local optimizers alone: keep nothing in self.state (the base's dict).
 
     step(closure=None), on every rank, in this order:
     1. closure given: `with torch.enable_grad(): loss = closure()`, once, before anything else
