@@ -224,7 +224,7 @@ EDGES = (  # the most telling first
     edge("two param groups", "两个参数组",
          world=2, model="toy", optimizer="AdamW", steps=3, params="two_groups"),
     edge("lr changed between steps", "步与步之间改 lr",
-         world=2, model="toy", optimizer="AdamW", steps=4, params="list", schedule=True),
+         world=2, model="toy", optimizer="AdamW", steps=4, params="two_groups", schedule=True),
     edge("param group added during training", "训练中途加入参数组",
          world=3, model="toy+head", optimizer="AdamW", steps=5, params="list", added=3),
     edge("unbalanced sizes", "大小悬殊的参数",
@@ -424,35 +424,33 @@ def reference_trace(story) -> tuple[dict, dict, dict]:
 # --------------------------------------------------------------------------- playing the worlds
 
 
-def play(kata, cases: list, seed: int) -> list[tuple]:
+def play(kata, cases: list, seed: int):
     """(case, its story, [each rank's trace]) for every case, in the table's order: one world
-    per world size. An error a world raises is tracked down to the story that raises it alone."""
+    per world size. A world that raises (the kata's own error) is played again story by story
+    when its cases' turn comes, so the error is told at the case that raises it alone, after the
+    cases before it in the table, and diagnosed there."""
     prepared = [(case, story_of(case, seed + n)) for n, case in enumerate(cases)]
-    traces = {}
+    traces, failed = {}, {}
     for world in dict.fromkeys(case["world"] for case in cases):
         mine = [(case, story) for case, story in prepared if case["world"] == world]
-        for n, answer in enumerate(play_world(kata, world, mine)):
-            traces[id(mine[n][0])] = answer
-    return [(case, story, traces[id(case)]) for case, story in prepared]
-
-
-def play_world(kata, world: int, pairs: list) -> list:
-    """[each story's [each rank's trace]] from one world."""
-    if len(pairs) == 1:
-        case, story = pairs[0]
-        with case.judged(), SPEC.diagnosing(raised_by(story)):
-            answers = trained(kata, world, [story])
-        return [[answers[rank][0] for rank in range(world)]]
-    try:
-        answers = trained(kata, world, [story for _, story in pairs])
-    except Exception as error:
-        if getattr(error, "kata_error", (None,))[0] != ErrorKind.RAISED:
-            raise  # the stub, a refusal, a deadlock: plain as it is
-        for case, story in pairs:  # which story raises it: the learner reads that case, diagnosed
-            with case.judged(), SPEC.diagnosing(raised_by(story)):
-                trained(kata, world, [story])
-        raise
-    return [[answers[rank][n] for rank in range(world)] for n in range(len(pairs))]
+        try:
+            answers = trained(kata, world, [story for _, story in mine])
+        except Exception as error:
+            if getattr(error, "kata_error", (None,))[0] != ErrorKind.RAISED:
+                raise  # the stub, a refusal, a deadlock: plain as it is
+            failed[world] = (error, len(mine))
+            continue
+        for n, (case, _) in enumerate(mine):
+            traces[id(case)] = [answers[rank][n] for rank in range(world)]
+    for case, story in prepared:
+        if id(case) not in traces:
+            error, stories = failed[case["world"]]
+            with case.judged(), SPEC.diagnosing(raised_by(story), sizes=case):
+                if stories == 1:
+                    raise error
+                answers = trained(kata, case["world"], [story])
+            traces[id(case)] = [answer[0] for answer in answers]
+        yield case, story, traces[id(case)]
 
 
 def raised_by(story):
