@@ -342,7 +342,7 @@ def train(story, make_optimizer, rows: slice) -> tuple:
     optimizer = make_optimizer(param_argument(model, story["params"]))
     trace = {"left": [], "params": [], "returned": [], "losses": [], "calls": []}
     if story["idle"]:
-        trace["idle returned"] = optimizer.step()
+        optimizer.step()
         trace["idle"] = {name: p.detach().clone() for name, p in model.named_parameters()}
     for t, (x, y) in enumerate(story["batches"]):
         optimizer.zero_grad()
