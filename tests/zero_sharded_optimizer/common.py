@@ -233,9 +233,9 @@ EDGES = (  # the most telling first
          world=3, model="tied", optimizer="AdamW", steps=4, params="list"),
     edge("more ranks than parameters", "rank 比参数还多",
          world=4, model="linear", optimizer="AdamW", steps=3, params="list"),
-    edge("closure", "closure",
+    edge("closure", "用 closure 调用 step",
          world=2, model="toy", optimizer="AdamW", steps=4, params="list", closure="even"),
-    edge("world size 1", "world size 1",
+    edge("world size 1", "world size 为 1",
          world=1, model="toy", optimizer="AdamW", steps=3, params="list"),
 )
 # fmt: on

@@ -14,7 +14,7 @@ from .judging import check_returns, check_step, replay_of
     zh="params 可以是生成器（如 model.parameters()）",
 )
 def test_params_may_be_a_generator(kata, seed):
-    case = edge("model.parameters()", "model.parameters()", world=2, model="toy", optimizer="AdamW", steps=2,
+    case = edge("model.parameters()", "以生成器 model.parameters() 传入", world=2, model="toy", optimizer="AdamW", steps=2,
                 params="generator")  # fmt: skip
     for case, story, traces in play(kata, [case], seed):
         reference, _, _ = reference_trace(story)
