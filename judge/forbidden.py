@@ -323,6 +323,50 @@ TENSOR_PARALLEL = Rules(
     threads=False,
     why="this kata asks you to write the tensor-parallel operators yourself",
 )
+# Optimizer-state sharding done for you: torch.distributed.optim (ZeroRedundancyOptimizer, its
+# methods too, which a subclass or an unbound call reaches; the other distributed optimizers),
+# FSDP (FullyShardedDataParallel and fully_shard: the function a @contract wrapper wraps, so
+# every alias refuses), DTensor's entry points, torch.distributed._composable's replicate and
+# torch.distributed._shard (its own ShardedOptimizer, sharded tensors). Refused where they are
+# called, never where they are loaded: torch._dynamo imports fsdp, tensor and _composable, and
+# the first torch.optim.AdamW(...) imports torch._dynamo. The collectives stay allowed.
+_ZERO_METHODS = (
+    "__init__",
+    "add_param_group",
+    "step",
+    "_local_step",
+    "_partition_parameters",
+    "_partition_param_group",
+    "_sync_params",
+    "_broadcast_params_from_rank",
+    "_sync_param_groups",
+    "_init_local_optimizer",
+    "consolidate_state_dict",
+    "load_state_dict",
+    "state_dict",
+)
+_OPTIM, _FSDP, _SHARD = "torch.distributed.optim", "torch.distributed.fsdp", "torch.distributed._shard"
+ZERO_SHARDING = Rules(
+    python=(
+        *((f"{_OPTIM}:ZeroRedundancyOptimizer", m, f"{_OPTIM}.ZeroRedundancyOptimizer") for m in _ZERO_METHODS),
+        (f"{_OPTIM}:PostLocalSGDOptimizer", "__init__", f"{_OPTIM}.PostLocalSGDOptimizer"),
+        (f"{_OPTIM}:_NamedOptimizer", "__init__", f"{_OPTIM}._NamedOptimizer"),
+        (f"{_OPTIM}.optimizer:DistributedOptimizer", "__init__", f"{_OPTIM}.DistributedOptimizer"),
+        (f"{_OPTIM}.apply_optimizer_in_backward", "_apply_optimizer_in_backward", f"{_OPTIM}.apply_in_backward"),
+        (f"{_FSDP}:FullyShardedDataParallel", "__init__", f"{_FSDP}.FullyShardedDataParallel"),
+        (f"{_FSDP}._fully_shard._fully_shard:fully_shard", "__wrapped__", f"{_FSDP}.fully_shard"),
+        ("torch.distributed.tensor._api", "distribute_tensor", "torch.distributed.tensor.distribute_tensor"),
+        ("torch.distributed.tensor._api", "distribute_module", "torch.distributed.tensor.distribute_module"),
+        ("torch.distributed.tensor._api:DTensor", "from_local", "torch.distributed.tensor.DTensor.from_local"),
+        ("torch.distributed._composable.replicate:replicate", "__wrapped__", "torch.distributed._composable.replicate"),
+        (f"{_SHARD}.sharded_optim:ShardedOptimizer", "__init__", f"{_SHARD}.sharded_optim.ShardedOptimizer"),
+        (f"{_SHARD}.sharded_optim:ShardedOptimizer", "step", f"{_SHARD}.sharded_optim.ShardedOptimizer"),
+        (f"{_SHARD}.api", "shard_parameter", f"{_SHARD}.shard_parameter"),
+        (f"{_SHARD}.api", "_shard_tensor", f"{_SHARD}.shard_parameter"),
+        (f"{_SHARD}.api", "shard_module", f"{_SHARD}.shard_module"),
+    ),
+    why="this kata asks you to shard the optimizer state yourself",
+)
 # Layer norm, and the norms that compute it over another axis (group_norm with one group,
 # batch or instance norm of a reshaped input).
 LAYER_NORM = Rules(

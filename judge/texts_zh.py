@@ -249,6 +249,7 @@ ZH: dict[str, str] = {
     ),
     "dist.recv without a source (src=None)": "不指定来源的 dist.recv（src=None）",
     "this kata asks you to write the tensor-parallel operators yourself": "这道题要求你自己写张量并行的算子",
+    "this kata asks you to shard the optimizer state yourself": "这道题要求你自己把优化器状态分片",
     "this kata asks you to accumulate and clip the gradients yourself": "这道题要求你自己累积并裁剪梯度",
     "this kata asks you to write dynamic loss scaling yourself": "这道题要求你自己写动态损失缩放",
     # judge/testing/modules.py: a NaN where PyTorch has a number, and what usually causes it

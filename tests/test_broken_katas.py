@@ -54,6 +54,8 @@ EXPECTED = {  # tests/broken/<kata>/<file> -> (status, words its message must co
     "ring_all_reduce/functional_collective": ("forbidden", "torch.ops._c10d_functional.all_reduce"),
     "ring_all_reduce/receives_from_anyone": ("forbidden", "dist.recv without a source"),
     "ring_all_reduce/opens_a_tcp_socket": ("fail", "Operation not permitted"),  # no new socket in a rank
+    "zero_sharded_optimizer/subclasses_zero_redundancy": ("forbidden", "ZeroRedundancyOptimizer"),  # refused if called
+    "zero_sharded_optimizer/shards_with_the_shard_package": ("forbidden", "_shard.sharded_optim.ShardedOptimizer"),
     "scaled_dot_product_attention/calls_sdpa": ("forbidden", "F.scaled_dot_product_attention"),
     "scaled_dot_product_attention/calls_sdpa_by_alias": ("forbidden", "F.scaled_dot_product_attention"),
     "scaled_dot_product_attention/calls_aten_sdpa": ("forbidden", "scaled_dot_product_attention"),
