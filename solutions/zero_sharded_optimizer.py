@@ -62,7 +62,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
     4. each local optimizer steps (optimizer state is created for owned parameters only; a
        parameter whose .grad is None is skipped by optimizer_cls itself: no state, no change);
     5. every parameter is sent from its owner to every rank: dist.broadcast(p.data, src=owner),
-       or an all-gather of the owners' shards; afterwards every rank holds the same values;
+       or an all-gather of the owners' shards (dist.all_gather_single: torch 2.13 warns on
+       all_gather_into_tensor); afterwards every rank holds the same values;
     6. return the closure's loss (None without a closure).
     zero_grad(): the base class's (set_to_none=True) over self.param_groups, so every
     parameter's .grad is None afterwards, owned or not (gradients that are not cleared are

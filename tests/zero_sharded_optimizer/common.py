@@ -346,7 +346,8 @@ def train(story, make_optimizer, rows: slice) -> tuple:
         trace["idle"] = {name: p.detach().clone() for name, p in model.named_parameters()}
     for t, (x, y) in enumerate(story["batches"]):
         optimizer.zero_grad()
-        trace["left"].append([names[id(p)] for g in optimizer.param_groups for p in g["params"] if p.grad is not None])
+        left = [names.get(id(p), "?") for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        trace["left"].append(left)
         x, y, calls, losses = x[rows], y[rows], [], []
 
         def closure():
