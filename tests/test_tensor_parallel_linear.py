@@ -40,8 +40,9 @@ def draw(rng, count):
     return cases
 
 
-def case(desc, zh, **sizes):
-    return edge(desc, zh, **({"hidden": 4, "bias": True, "split": True, "lead": (3,)} | sizes))
+def sized(**sizes) -> dict:
+    """An edge case's sizes: hidden 4, a bias, the split flag on, 3 rows, unless it says otherwise."""
+    return {"hidden": 4, "bias": True, "split": True, "lead": (3,)} | sizes
 
 
 def benchmark(kata, device):
@@ -82,12 +83,22 @@ SPEC = KataSpec(
     cases=CaseTable(
         draw=draw,
         edges=(
-            case("the Megatron MLP", "Megatron 的 MLP", world=2, kind="mlp", **{"in": 4, "out": 6}),
-            case("gathered column output", "列并行输出再 all-gather", world=3, kind="column", **{"in": 5, "out": 6}),
-            case("unsplit row input", "行并行的输入未切分", world=2, kind="row", split=False, **{"in": 6, "out": 3}),
-            case("3-D input", "3 维输入", world=4, kind="row", lead=(2, 3), **{"in": 8, "out": 5}),
-            case("no bias", "没有 bias", world=2, kind="column", bias=False, split=False, **{"in": 3, "out": 4}),
-            case("world size 1", "只有 1 个进程", world=1, kind="mlp", **{"in": 3, "out": 2}),
+            edge("the Megatron MLP", "Megatron 的 MLP", **sized(world=2, kind="mlp", **{"in": 4, "out": 6})),
+            edge(
+                "gathered column output",
+                "列并行输出再 all-gather",
+                **sized(world=3, kind="column", **{"in": 5, "out": 6}),
+            ),
+            edge(
+                "unsplit row input",
+                "行并行的输入未切分",
+                **sized(world=2, kind="row", split=False, **{"in": 6, "out": 3}),
+            ),
+            edge("3-D input", "3 维输入", **sized(world=4, kind="row", lead=(2, 3), **{"in": 8, "out": 5})),
+            edge(
+                "no bias", "没有 bias", **sized(world=2, kind="column", bias=False, split=False, **{"in": 3, "out": 4})
+            ),
+            edge("world size 1", "只有 1 个进程", **sized(world=1, kind="mlp", **{"in": 3, "out": 2})),
         ),
         draws=3,
     ),
