@@ -39,8 +39,12 @@ def kind_of(names: list[str], message: str, errno_: int | None, frames: list[int
         return ErrorKind.NOT_IMPLEMENTED
     if "AssertionError" in names:
         return ErrorKind.MISMATCH
-    if "MemoryError" in names or "OutOfMemoryError" in names or (
-        "RuntimeError" in names and "can't allocate memory" in message  # c10's CPU allocator
+    if (
+        "MemoryError" in names
+        or "OutOfMemoryError" in names
+        or (
+            "RuntimeError" in names and "can't allocate memory" in message  # c10's CPU allocator
+        )
     ):
         return ErrorKind.OUT_OF_MEMORY
     if "OSError" in names and errno_ == errno.EFBIG:

@@ -124,9 +124,7 @@ def load_mutants(kata: str, mutants: Path = MUTANTS) -> list[Mutant]:
         why_zh = entry.get("why_zh")
         if why_zh is not None and (not isinstance(why_zh, str) or not why_zh.strip()):
             raise MutantError(f"{where} ({name}): why_zh, when given, must be a non-empty string")
-        found.append(
-            Mutant(kata, name, why.strip(), expect, edits, entry.get("file"), why_zh and why_zh.strip(), tier)
-        )
+        found.append(Mutant(kata, name, why.strip(), expect, edits, entry.get("file"), why_zh and why_zh.strip(), tier))
     return found
 
 

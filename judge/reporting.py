@@ -47,7 +47,7 @@ def paint(text: str, status: Status, enabled: bool) -> str:
 
 
 def katas_counted(count: int) -> str:
-    """"1 kata", "3 katas" (in the learner's language)."""
+    """ "1 kata", "3 katas" (in the learner's language)."""
     return tr("1 kata") if count == 1 else tr("{count} katas", count=count)
 
 
@@ -107,9 +107,7 @@ def unjudged_lines(results: list[KataResult]) -> list[str]:
     for reason, katas in by_reason.items():
         count = sum(katas.values())
         where = (
-            ", ".join(f"{name} ({n})" for name, n in katas.items())
-            if len(katas) <= 3
-            else katas_counted(len(katas))
+            ", ".join(f"{name} ({n})" for name, n in katas.items()) if len(katas) <= 3 else katas_counted(len(katas))
         )
         if count == 1:
             line = tr(

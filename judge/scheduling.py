@@ -69,9 +69,7 @@ class Spare:
 class Server:
     """The grader's end of one fork server."""
 
-    def __init__(
-        self, *, device: str, limits: Limits, threads: int | None, env: dict | None = None, shards: int = 1
-    ):
+    def __init__(self, *, device: str, limits: Limits, threads: int | None, env: dict | None = None, shards: int = 1):
         self.limits = limits
         command = [sys.executable, str(ROOT / "grader.py"), "_serve", "--device", device, "--shards", str(shards)]
         command += ["--time-limit", str(limits.time_limit), "--test-timeout", str(limits.test_timeout)]
@@ -341,9 +339,7 @@ def _serialised(progress: Callable[[str, str], None] | None) -> Callable[[str, s
     return tell
 
 
-def _start(
-    device: str, limits: Limits, threads: int | None, env: dict | None = None, shards: int = 1
-) -> Server | None:
+def _start(device: str, limits: Limits, threads: int | None, env: dict | None = None, shards: int = 1) -> Server | None:
     try:
         return Server(device=device, limits=limits, threads=threads, env=env, shards=shards)
     except OSError:

@@ -79,13 +79,17 @@ def check(katas: list[str], seeds: list[int], workers: int, report) -> int:
         jobs = [Job(s.kata, s.path, first_failure=s.mutant is not None) for s in found]
         for seed in seeds:
             start, before = time.monotonic(), wrong_count
-            for subject, verdict in zip(found, grade_all(jobs, seed=seed, device="cpu", limits=limits, workers=workers, fork=True)):
+            for subject, verdict in zip(
+                found, grade_all(jobs, seed=seed, device="cpu", limits=limits, workers=workers, fork=True)
+            ):
                 problem = wrong(subject, verdict)
                 if problem:
                     wrong_count += 1
                     report(f"{subject.kata}: {subject.label}, seed {seed}: {problem[:400]}")
             report(f"seed {seed}: {len(found)} files, {wrong_count - before} wrong ({time.monotonic() - start:.0f} s)")
-        report(f"{len(found)} files of {len(katas)} katas, {len(seeds)} seeds ({seeds[0]}..{seeds[-1]}): {wrong_count} wrong verdicts")
+        report(
+            f"{len(found)} files of {len(katas)} katas, {len(seeds)} seeds ({seeds[0]}..{seeds[-1]}): {wrong_count} wrong verdicts"
+        )
     return wrong_count
 
 

@@ -192,7 +192,8 @@ def classify(name: str, events: list[Event], end: ProcessEnd, tail: str, limits:
         facts = {"passed": core["passed"], "total": core["total"], "name": head.name, "message": head.message}
         if missed == 1:
             return result(
-                Status.FAIL, tr("the math is right ({passed}/{total} core); 1 convention missed: {name}: {message}", **facts)
+                Status.FAIL,
+                tr("the math is right ({passed}/{total} core); 1 convention missed: {name}: {message}", **facts),
             )
         return result(
             Status.FAIL,

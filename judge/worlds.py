@@ -64,10 +64,11 @@ def open_loopback_network() -> None:
         fcntl.ioctl(probe, 0x8914, struct.pack("16sH22s", b"lo", flags | 1, b""))  # SIOCSIFFLAGS: IFF_UP
 
 
-def run_world(function, size: int, args: tuple, kwargs: dict, *, load, private_dir: str, kata_file: str = "") -> list:
-    """function(kata, *args, **kwargs) on every rank of a world of `size` (kata = load() in each
-    rank, after the rendezvous); [each rank's answer]: {"value": data} (see run_here), or the
-    first rank's error facts (judge.remote.server.error_facts) alone, in a one-item list."""
+def run_world(play, size: int, *, load, private_dir: str, kata_file: str = "") -> list:
+    """play(kata) on every rank of a world of `size` (kata = load() in each rank, after the
+    rendezvous; play a scenario run from its seed: judge.testing.scenarios.run_here); [each
+    rank's answer]: {"value": data}, or the first rank's error facts
+    (judge.remote.answers.error_facts) alone, in a one-item list."""
     from judge.remote.wire import ChannelClosed, load_answer, recv_frame
 
     store = Path(private_dir) / f"world-{os.getpid()}-{next(_worlds)}"
@@ -81,7 +82,7 @@ def run_world(function, size: int, args: tuple, kwargs: dict, *, load, private_d
             if pid == 0:
                 mine.close()
                 os.close(dump_read)
-                _rank(rank, size, store, theirs, dump_write, function, args, kwargs, load, kata_file)
+                _rank(rank, size, store, theirs, dump_write, play, load, kata_file)
             theirs.close()
             os.close(dump_write)
             ranks.append(_Rank(rank, pid, mine, dump_read))
@@ -243,7 +244,7 @@ def _close_inherited(keep: set[int]) -> None:
                 os.close(fd)
 
 
-def _rank(rank, size, store, sock, dump, function, args, kwargs, load, kata_file) -> None:
+def _rank(rank, size, store, sock, dump, play, load, kata_file) -> None:
     """One rank's life, in a forked child; never returns."""
     code = 0
     try:
@@ -251,9 +252,8 @@ def _rank(rank, size, store, sock, dump, function, args, kwargs, load, kata_file
         import torch
         import torch.distributed as dist
 
-        from judge.remote.server import as_data, error_facts
+        from judge.remote.answers import as_data, error_facts
         from judge.remote.wire import dump_answer, send_frame
-        from judge.testing.scenarios import run_here
 
         torch.set_num_threads(1)
         os.environ["GLOO_SOCKET_IFNAME"] = "lo"
@@ -267,7 +267,7 @@ def _rank(rank, size, store, sock, dump, function, args, kwargs, load, kata_file
                 timeout=datetime.timedelta(seconds=RENDEZVOUS_SECONDS),
             )
             kata = load()
-            answer = {"value": as_data(run_here(function, kata, args, kwargs))}
+            answer = {"value": as_data(play(kata))}
             from judge import forbidden
 
             if forbidden.TRIPPED:  # a refusal the kata swallowed

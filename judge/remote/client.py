@@ -9,7 +9,6 @@ the verdict it would read if both were one process.
 
 from __future__ import annotations
 
-import builtins
 import faulthandler
 import os
 import signal
@@ -17,52 +16,19 @@ import sys
 import tempfile
 import time
 
-import torch
-
-from judge.failures import ThreadLeftRunning, failure_text, kind_of
-from judge.forbidden import ForbiddenCallError
+from judge.failures import ThreadLeftRunning
 from judge.isolation import ATTACKED, exit_reason
 from judge.language import tr
-from judge.loading import KataLoadError, TorchStateChanged
+from judge.remote.answers import rebuild_error
 from judge.remote.wire import ChannelClosed, dump_request, load_answer, recv_frame, send_frame, tag_of
 from judge.remote.zygote import Zygote
 from judge.testing.scenarios import Elsewhere
 
-_BUILTIN_ERRORS = {
-    name: value for name, value in vars(builtins).items() if isinstance(value, type) and issubclass(value, Exception)
-}
-_JUDGE_ERRORS = {
-    "ForbiddenCallError": ForbiddenCallError,
-    "KataLoadError": KataLoadError,
-    "TorchStateChanged": TorchStateChanged,
-    "OutOfMemoryError": torch.OutOfMemoryError,
-}
 THREAD_GRACE = 0.5  # seconds a thread the kata started may take to finish after a test
 
 
 class KataDied(Exception):
     """The kata process ended in the middle of a call."""
-
-
-def rebuild_error(answer: dict) -> BaseException:
-    """The kata's exception as the judge raises it, from the facts the kata process sent (see
-    KataServer.error): its kind decided here (failures.kind_of); the same class where it is a
-    builtin (so `except ValueError` works) or one of the judge's few, else a RuntimeError of
-    its name; `kata_error` carries the kind and the message the learner reads."""
-    names, message = [str(n) for n in answer["names"]] or ["Exception"], str(answer["message"])
-    frames = [line if isinstance(line, int) else None for line in answer["frames"]]
-    kind = kind_of(names, message, answer["errno"], frames)
-    lines = [line for line in frames if line is not None]
-    where = f" (raised at {answer['file']}, line {lines[-1]})" if lines else ""
-    name = names[0]
-    cls = _JUDGE_ERRORS.get(name) or _BUILTIN_ERRORS.get(name)
-    try:
-        errno_ = answer["errno"]
-        error = cls(errno_, message) if errno_ is not None and issubclass(cls, OSError) else cls(message)
-    except Exception:  # noqa: BLE001 - no such class, or one with another signature
-        error = type(name, (RuntimeError,), {"__module__": "kata"})(message)
-    error.kata_error = (kind, name, failure_text(kind, name, message, where))
-    return error
 
 
 def threads_of(pid: int) -> dict[int, str]:

@@ -13,20 +13,17 @@ import importlib
 import os
 import sys
 import tempfile
-import traceback
 from pathlib import Path
-
-import torch
 
 from judge import forbidden
 from judge.language import tr
 from judge.loading import load_denied, restore_torch_state
-from judge.remote.wire import ChannelClosed, dump_answer, load_request, opaque, recv_frame, send_frame, tag_of, tagged
+from judge.remote.answers import as_data, error_facts
+from judge.remote.wire import ChannelClosed, dump_answer, load_request, recv_frame, send_frame, tag_of
 from judge.testing.scenarios import run_here
 from judge.worlds import open_loopback_network, run_world
 
 PRINTED_LIMIT = 2000  # characters of what the kata printed during one request passed to the judge
-PLAIN = (bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device, torch.Size, slice)
 
 
 class KataServer:
@@ -107,7 +104,11 @@ class KataServer:
         """A scenario of the judge's on every rank of a world of `size` (judge.worlds)."""
         function = scenario_function(module, name)
         answers = run_world(
-            function, size, args, kwargs, load=self.world_load, private_dir=self.private_dir, kata_file=self.kata_file
+            lambda kata: run_here(function, kata, args, kwargs),
+            size,
+            load=self.world_load,
+            private_dir=self.private_dir,
+            kata_file=self.kata_file,
         )
         if tag_of(answers[0]) == "error":
             return answers[0]
@@ -140,41 +141,12 @@ def load_rank(path: Path, symbols: dict, kata: str, private_dir: str | None):
     return load_denied(path, symbols, kata, private_dir, namespaces=False)[0]
 
 
-def error_facts(error: BaseException, kata_file: str) -> dict:
-    """The facts of an exception, for the judge to decide its kind: its class's and base
-    classes' names, message, errno, and the kata file's line of each frame (or None)."""
-    frames = [
-        entry.lineno if entry.filename == kata_file else None for entry in traceback.extract_tb(error.__traceback__)
-    ]
-    errno_ = getattr(error, "errno", None)
-    return tagged(
-        "error",
-        names=[cls.__name__ for cls in type(error).__mro__],
-        message=str(error),
-        errno=errno_ if isinstance(errno_, int) else None,
-        frames=frames,
-        file=Path(kata_file).name,
-    )
-
-
 def scenario_function(module: str, qualname: str):
     """The function of a scenario the judge names (a test module's, imported at load, or judge.testing's)."""
     found = importlib.import_module(module)
     for part in qualname.split("."):
         found = getattr(found, part)
     return getattr(found, "function", found)
-
-
-def as_data(value, depth: int = 0):
-    """A scenario's result as data: any other object becomes an opaque stand-in that names its type."""
-    if isinstance(value, (torch.Tensor, *PLAIN)) or value is Ellipsis:
-        return value
-    if depth < 32 and isinstance(value, (tuple, list)):
-        items = [as_data(v, depth + 1) for v in value]
-        return items if isinstance(value, list) else tuple(items)
-    if depth < 32 and isinstance(value, dict):
-        return {k if isinstance(k, (str, int)) else repr(k): as_data(v, depth + 1) for k, v in value.items()}
-    return opaque(value)
 
 
 def serve(sock) -> None:

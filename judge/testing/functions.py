@@ -283,7 +283,9 @@ def assert_inputs_unchanged(text: str, sent: dict, came: dict) -> None:
             )
 
 
-def raises(kata_name: str, kata, symbol: str, expected: type, args: tuple, kwargs: dict, *, reason: str, text: str) -> None:
+def raises(
+    kata_name: str, kata, symbol: str, expected: type, args: tuple, kwargs: dict, *, reason: str, text: str
+) -> None:
     """kata.<symbol>(*args, **kwargs) (a function, or a class to construct) must raise
     `expected` or a subclass of it: decided here, from the class names the kata process reports."""
 

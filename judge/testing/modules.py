@@ -488,7 +488,9 @@ class Built:
     def mode(self, train: bool) -> Built:
         """The same module in train() (True) or eval() (False) mode."""
         name = self.name.removesuffix(".eval()").removesuffix(".train()")
-        return Built(self.recipe | {"train": train}, self.reference, name + (".train()" if train else ".eval()"), self.case)
+        return Built(
+            self.recipe | {"train": train}, self.reference, name + (".train()" if train else ".eval()"), self.case
+        )
 
 
 def build(mk: ModuleKata, gen, case, options: dict, dtype=torch.float32, device="cpu", *, train: bool = False) -> Built:
@@ -513,9 +515,7 @@ def build(mk: ModuleKata, gen, case, options: dict, dtype=torch.float32, device=
 def built_module(mk: ModuleKata, built: Built, got: dict) -> dict:
     """A scenario's answer, after refusing parameters that do not match the recipe's."""
     if "parameters" in got:
-        raise AssertionError(
-            parameter_problem(built.recipe["state"], got, what=mk.cls, asks=mk.asks, built=built.name)
-        )
+        raise AssertionError(parameter_problem(built.recipe["state"], got, what=mk.cls, asks=mk.asks, built=built.name))
     return got
 
 
@@ -572,6 +572,7 @@ def check(mk: ModuleKata, kata, built: Built, inputs: dict, *, float64_throughou
 
 def assert_inputs_left_alone(mk: ModuleKata, kata, built: Built, inputs: dict, **kwargs) -> None:
     """A convention: forward never changes its tensor arguments in place (checked by value here)."""
+
     def check(implementation) -> dict:
         text, _, after = run(mk, implementation, built, inputs, kwargs)
         assert_inputs_unchanged(text, inputs | kwargs, after)

@@ -70,12 +70,13 @@ class WorldScenario(Scenario):
             return implementation.run_world(self.function, size, args, kwargs)
         import tempfile
 
-        from judge.remote.client import rebuild_error
+        from judge.remote.answers import rebuild_error
         from judge.remote.wire import tag_of
         from judge.worlds import run_world
 
+        play = functools.partial(run_here, self.function, args=copied(args), kwargs=copied(kwargs))
         with tempfile.TemporaryDirectory(prefix="kata-world-") as private:
-            answers = run_world(self.function, size, args, kwargs, load=lambda: implementation, private_dir=private)
+            answers = run_world(play, size, load=lambda: implementation, private_dir=private)
         if tag_of(answers[0]) == "error":
             raise rebuild_error(answers[0])
         return [answer["value"] for answer in answers]

@@ -152,7 +152,14 @@ class KataSpec:
         return diagnosing(self.kata, replay, dict(sizes or {}))
 
     def assert_close(
-        self, actual, expected: torch.Tensor, *, call: str, what: str = "result", tolerance=None, float64_throughout=False
+        self,
+        actual,
+        expected: torch.Tensor,
+        *,
+        call: str,
+        what: str = "result",
+        tolerance=None,
+        float64_throughout=False,
     ) -> None:
         """checks.assert_close with this kata's tolerance for the expected result's dtype (the
         core tier's unless float64_throughout: see FLOAT64_RULE)."""
