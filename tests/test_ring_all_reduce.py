@@ -11,6 +11,7 @@ from judge.testing.scenarios import world_scenario
 from judge.testing.spec import CaseTable, KataSpec, edge
 from judge.testing.tiers import convention, core
 from judge.testing.traffic import messages
+from judge.testing.world_cases import play_by_world
 
 DTYPES = (torch.float32, torch.float64)
 
@@ -91,16 +92,7 @@ def play(kata, cases: list, seed: int) -> list[tuple]:
     """(case, its inputs, [each rank's play]) for every case (each names its dtype), one world
     per world size: a world costs 0.1-0.3 s, the cases in it next to nothing."""
     prepared = [(case, inputs(case, case["dtype"], seed + n)) for n, case in enumerate(cases)]
-    played = []
-    for world in sorted({case["world"] for case in cases}):
-        mine = [(case, given) for case, given in prepared if case["world"] == world]
-        batch = [{"inputs": given, **flags(case)} for case, given in mine]
-        with SPEC.diagnosing(
-            lambda implementation, world=world, batch=batch: {"plays": reduced(implementation, world, batch)}
-        ):
-            plays = reduced(kata, world, batch)  # what a rank raises is matched against the slips' own
-        played += [(case, given, [plays[rank][n] for rank in range(world)]) for n, (case, given) in enumerate(mine)]
-    return played
+    return play_by_world(kata, reduced, prepared, lambda case, given: {"inputs": given, **flags(case)}, SPEC)
 
 
 def expected_sum(given: list[torch.Tensor], transposed: bool) -> torch.Tensor:

@@ -16,6 +16,7 @@ from judge.testing.spec import CaseTable, KataSpec, edge
 from judge.testing.tiers import convention, core
 from judge.testing.tolerances import per_dtype
 from judge.testing.traffic import messages
+from judge.testing.world_cases import play_by_world
 
 KINDS = ("column", "row", "mlp")
 
@@ -205,16 +206,7 @@ def play(kata, cases, seed: int) -> list[tuple]:
     """(case, its weights, [each rank's play]) for every case (each names its dtype), one world
     per world size: a world costs 0.1-0.3 s, the cases in it next to nothing."""
     prepared = [(c, weights(c, seed + n)) for n, c in enumerate(cases)]
-    found = []
-    for world in sorted({c["world"] for c in cases}):
-        mine = [(c, w) for c, w in prepared if c["world"] == world]
-        batch = [dict(c, weights=w) for c, w in mine]
-        with SPEC.diagnosing(
-            lambda implementation, world=world, batch=batch: {"plays": played(implementation, world, batch)}
-        ):
-            plays = played(kata, world, batch)  # what a rank raises is matched against the slips' own
-        found += [(c, w, [plays[rank][n] for rank in range(world)]) for n, (c, w) in enumerate(mine)]
-    return found
+    return play_by_world(kata, played, prepared, lambda c, w: dict(c, weights=w), SPEC)
 
 
 def replay_of(c, w):
