@@ -69,8 +69,6 @@ def run_world(play, size: int, *, load, private_dir: str, kata_file: str = "") -
     rendezvous; play a scenario run from its seed: judge.testing.scenarios.run_here); [each
     rank's answer]: {"value": data}, or the first rank's error facts
     (judge.remote.answers.error_facts) alone, in a one-item list."""
-    from judge.remote.wire import ChannelClosed, load_answer, recv_frame
-
     store = Path(private_dir) / f"world-{os.getpid()}-{next(_worlds)}"
     store.mkdir()
     ranks = []
@@ -86,7 +84,7 @@ def run_world(play, size: int, *, load, private_dir: str, kata_file: str = "") -
             theirs.close()
             os.close(dump_write)
             ranks.append(_Rank(rank, pid, mine, dump_read))
-        return _collect(ranks, kata_file, recv_frame, load_answer, ChannelClosed)
+        return _collect(ranks, kata_file)
     finally:
         for each in ranks:
             each.kill()
@@ -101,7 +99,6 @@ class _Rank:
     def __init__(self, rank: int, pid: int, sock: socket.socket, dump: int):
         self.rank, self.pid, self.sock, self.dump = rank, pid, sock, dump
         self.answer = None
-        self.arrived = 0.0
 
     def cpu(self) -> int:
         """CPU ticks this rank has used (all its threads), from /proc; -1 once it is gone."""
@@ -124,9 +121,9 @@ class _Rank:
             os.kill(self.pid, signal.SIGUSR1)
         text = b""
         deadline = time.monotonic() + 0.5
+        ready = selectors.DefaultSelector()
+        ready.register(self.dump, selectors.EVENT_READ)
         while time.monotonic() < deadline:
-            ready = selectors.DefaultSelector()
-            ready.register(self.dump, selectors.EVENT_READ)
             if not ready.select(0.05):
                 if text:
                     break
@@ -154,10 +151,10 @@ class _Rank:
             os.close(self.dump)
 
 
-def _collect(ranks: list[_Rank], kata_file: str, recv_frame, load_answer, closed) -> list:
+def _collect(ranks: list[_Rank], kata_file: str) -> list:
     from judge.isolation import exit_reason
     from judge.language import tr
-    from judge.remote.wire import tag_of, tagged
+    from judge.remote.wire import ChannelClosed, load_answer, recv_frame, tag_of, tagged
 
     waiting = {each.sock.fileno(): each for each in ranks}
     selector = selectors.DefaultSelector()
@@ -172,7 +169,7 @@ def _collect(ranks: list[_Rank], kata_file: str, recv_frame, load_answer, closed
             selector.unregister(key.fd)
             try:
                 each.answer = load_answer(recv_frame(each.sock))
-            except (closed, OSError):
+            except (ChannelClosed, OSError):
                 _, status = os.waitpid(each.pid, 0)
                 each.pid = 0  # reaped: nothing left to kill
                 reason = exit_reason(os.waitstatus_to_exitcode(status))
@@ -199,11 +196,13 @@ def _collect(ranks: list[_Rank], kata_file: str, recv_frame, load_answer, closed
             now - samples[0][0] >= IDLE_SECONDS and samples[-1][1] - samples[0][1] < IDLE_SECONDS * ticks * IDLE_SHARE
         )
         if waiting and not errors and idle:
-            raise WorldDeadlock(_deadlock_message(list(waiting.values()), len(ranks), kata_file, tr))
+            raise WorldDeadlock(_deadlock_message(list(waiting.values()), len(ranks), kata_file))
     return [errors[0][1]] if errors else [each.answer for each in ranks]
 
 
-def _deadlock_message(stuck: list[_Rank], size: int, kata_file: str, tr) -> str:
+def _deadlock_message(stuck: list[_Rank], size: int, kata_file: str) -> str:
+    from judge.language import tr
+
     wheres = [(each.rank, each.stack(kata_file)) for each in stuck]
     places = tr("; ").join(
         tr("rank {rank} at {where}", rank=rank, where=where) if where else tr("rank {rank}", rank=rank)

@@ -235,7 +235,7 @@ EDGES = (  # the most telling first
          world=4, model="linear", optimizer="AdamW", steps=3, params="list"),
     edge("closure", "用 closure 调用 step",
          world=2, model="toy", optimizer="AdamW", steps=4, params="list", closure="even"),
-    edge("world size 1", "world size 为 1",
+    edge("world size 1", "只有 1 个进程",
          world=1, model="toy", optimizer="AdamW", steps=3, params="list"),
 )
 # fmt: on
