@@ -5,17 +5,19 @@ from __future__ import annotations
 
 
 def play_by_world(kata, scenario, prepared: list[tuple], batch, spec) -> list[tuple]:
-    """(case, its data, [each rank's result for it]) for every (case, data) of `prepared`, world
-    sizes in increasing order. `scenario(kata, world, [batch(case, data) ...])` is a world
+    """(case, its data, [each rank's result for it]) for every (case, data) of `prepared`, in
+    its order (the named edge cases first: the first failure is the most telling one), though
+    played one world per world size. `scenario(kata, world, [batch(case, data) ...])` is a world
     scenario whose every rank returns one result per case, in order; inside
     `spec.diagnosing`, so what a rank raises is matched against the known slips' own."""
-    found = []
+    found: list = [None] * len(prepared)
     for world in sorted({case["world"] for case, _ in prepared}):
-        mine = [(case, data) for case, data in prepared if case["world"] == world]
-        cases = [batch(case, data) for case, data in mine]
+        mine = [n for n, (case, _) in enumerate(prepared) if case["world"] == world]
+        cases = [batch(*prepared[n]) for n in mine]
         with spec.diagnosing(
             lambda implementation, world=world, cases=cases: {"plays": scenario(implementation, world, cases)}
         ):
             plays = scenario(kata, world, cases)
-        found += [(case, data, [plays[rank][n] for rank in range(world)]) for n, (case, data) in enumerate(mine)]
+        for k, n in enumerate(mine):
+            found[n] = (*prepared[n], [plays[rank][k] for rank in range(world)])
     return found
