@@ -34,6 +34,7 @@ from judge.mutants import MutantError, load_mutants
 from judge.protocol import SEVERAL, SINGLE
 from judge.testing.checks import Mismatch
 from judge.testing.tolerances import SINGLE_OP
+from judge.testing.world_batch import batched
 
 ATTEMPTS = 3  # failures diagnosed per run, at most; it stops at the first that names a single slip
 MAX_SLIPS_NAMED = 2
@@ -80,7 +81,8 @@ def diagnosing(kata: str, replay: Callable, sizes: dict | None = None):
 
 
 def diagnose(kata: str, error: BaseException, replay: Callable, sizes: dict) -> list[str]:
-    named = [why for why, module in slips(kata) if _same_failure(error, _outcome(replay, module))]
+    with batched([module for _, module in slips(kata)]):  # a distributed kata's replays: one world
+        named = [why for why, module in slips(kata) if _same_failure(error, _outcome(replay, module))]
     if named:
         if len(named) == 1:
             return [SINGLE + named[0]]

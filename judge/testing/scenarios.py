@@ -72,8 +72,15 @@ class WorldScenario(Scenario):
 
         from judge.remote.answers import rebuild_error
         from judge.remote.wire import tag_of
+        from judge.testing.world_batch import lookup
         from judge.worlds import run_world
 
+        call = (self.function.__module__, self.function.__qualname__, args, kwargs)
+        found = lookup(  # a slip's, for the diagnosis: played in one world with the others
+            implementation, size, call, lambda module: run_here(self.function, module, copied(args), copied(kwargs))
+        )
+        if found is not None:
+            return found
         play = functools.partial(run_here, self.function, args=copied(args), kwargs=copied(kwargs))
         with tempfile.TemporaryDirectory(prefix="kata-world-") as private:
             answers = run_world(play, size, load=lambda: implementation, private_dir=private)
