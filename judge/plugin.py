@@ -20,6 +20,7 @@ import os
 import random
 import resource
 import sys
+import tempfile
 import zlib
 from pathlib import Path
 
@@ -114,6 +115,10 @@ def pytest_configure(config):
     config.kata_seed = random.SystemRandom().randrange(1_000_000) if seed is None else seed
     results = config.getoption("results")
     if results:
+        # The kata processes' private dirs (and any other temp dir of this grade) go in the
+        # grade's own folder, which the grader removes however this process ends: killed at a
+        # limit, it leaves no kata-tmp-* dir behind in /tmp.
+        tempfile.tempdir = str(Path(results).parent)
         config.pluginmanager.register(ResultWriter(Path(results), config), "kata-results")
     else:  # the maintainers' test suite: its checks of texts read English whatever the locale
         os.environ.setdefault("KATAS_LANG", "en")
