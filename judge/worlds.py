@@ -243,13 +243,20 @@ def _close_inherited(keep: set[int]) -> None:
                 os.close(fd)
 
 
+def join_group(init_method: str, rank: int, size: int) -> None:
+    """Join the default process group: gloo, by a FileStore rendezvous at `init_method`."""
+    import torch.distributed as dist
+
+    timeout = datetime.timedelta(seconds=RENDEZVOUS_SECONDS)
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=size, timeout=timeout)
+
+
 def _rank(rank, size, store, sock, dump, play, load, kata_file) -> None:
     """One rank's life, in a forked child; never returns."""
     code = 0
     try:
         _close_inherited({0, 1, 2, sock.fileno(), dump})
         import torch
-        import torch.distributed as dist
 
         from judge.remote.answers import as_data, error_facts
         from judge.remote.wire import dump_answer, send_frame
@@ -258,13 +265,7 @@ def _rank(rank, size, store, sock, dump, play, load, kata_file) -> None:
         os.environ["GLOO_SOCKET_IFNAME"] = "lo"
         faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
         try:
-            dist.init_process_group(
-                "gloo",
-                init_method=f"file://{store}/store",
-                rank=rank,
-                world_size=size,
-                timeout=datetime.timedelta(seconds=RENDEZVOUS_SECONDS),
-            )
+            join_group(f"file://{store}/store", rank, size)
             kata = load()
             answer = {"value": as_data(play(kata))}
             from judge import forbidden

@@ -16,7 +16,6 @@ and arguments, compared by content: `digest`) as the n-th world call of its repl
 
 from __future__ import annotations
 
-import datetime
 import functools
 import hashlib
 import tempfile
@@ -89,20 +88,14 @@ def _play_each(play, modules: list, private: str, _) -> list:
     import torch.distributed as dist
 
     from judge.remote.answers import as_data, error_facts
-    from judge.worlds import RENDEZVOUS_SECONDS
+    from judge.worlds import join_group
 
     rank, size = dist.get_rank(), dist.get_world_size()
     played = []
     for n, module in enumerate(modules):
         if n:
             dist.destroy_process_group()
-            dist.init_process_group(
-                "gloo",
-                init_method=f"file://{private}/slip-{n}",
-                rank=rank,
-                world_size=size,
-                timeout=datetime.timedelta(seconds=RENDEZVOUS_SECONDS),
-            )
+            join_group(f"file://{private}/slip-{n}", rank, size)
         try:
             played.append({"value": as_data(play(module))})
         except Exception as error:  # noqa: BLE001 - this slip is then replayed alone
