@@ -93,12 +93,12 @@ def _play_each(play, modules: list, private: str, _) -> list:
     rank, size = dist.get_rank(), dist.get_world_size()
     played = []
     for n, module in enumerate(modules):
-        if n:
-            dist.destroy_process_group()
-            join_group(f"file://{private}/slip-{n}", rank, size)
         try:
+            if n:
+                dist.destroy_process_group()
+                join_group(f"file://{private}/slip-{n}", rank, size)
             played.append({"value": as_data(play(module))})
-        except Exception as error:  # noqa: BLE001 - this slip is then replayed alone
+        except Exception as error:  # noqa: BLE001 - this slip (and, without a group, the next ones) alone
             played.append(error_facts(error, ""))
     return played
 
