@@ -336,6 +336,12 @@ class ForkEngine(ProcessEngine):
             for plugin in default_plugins:
                 importlib.import_module(f"_pytest.{plugin}")
             import pdb  # noqa: F401 - what the debugging plugin imports at each configure
+
+            from judge.paths import TESTS
+
+            if str(TESTS) not in sys.path:
+                sys.path.insert(0, str(TESTS))  # as pytest's prepend import mode does
+            importlib.import_module("conftest")  # the tests' conftest, compiled here once, not by every grade
         # Objects that exist now are never collected in a child: without this, pytest's
         # gc.collect() at exit walks (and copies, page by page) torch's whole heap: 1.5 s.
         gc.collect()
