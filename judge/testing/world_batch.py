@@ -7,8 +7,8 @@ most of a failing grade's cost. Inside `batched(modules)`, the first replay of a
 plays that same call for this slip and every later one in ONE world: each rank plays the
 slips in turn, each in a process group of its own, so a stray message of one slip never
 reaches the next. Only where every rank returned is a slip's result taken from the batch: a
-slip that raised on some rank, or a batch that did not end (a deadlock, a dead rank), is
-replayed alone as before. A batch changes the number of worlds, never an outcome.
+slip that raised on some rank, or every slip of a batch whose world failed (a deadlock, a dead
+rank), is replayed alone as before. A batch changes the number of worlds, never an outcome.
 
 A replay matches a batched call only if it makes the same call (the same scenario, world size
 and arguments, compared by content: `digest`) as the n-th world call of its replay.
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 class _Batch:
     modules: list  # the slips, in the order the diagnosis replays them
     calls: dict = field(default_factory=dict)  # id(module) -> world calls its replay made so far
-    found: dict = field(default_factory=dict)  # (n, digest) -> {id(module): [each rank's value]}
+    found: dict = field(default_factory=dict)  # (n, size, digest) -> {id(module): [each rank's value]}
 
 
 _active: _Batch | None = None
