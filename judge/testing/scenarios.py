@@ -75,13 +75,13 @@ class WorldScenario(Scenario):
         from judge.testing.world_batch import lookup
         from judge.worlds import run_world
 
+        def play(kata):  # on copies at each call: a batch plays several slips on one rank
+            return run_here(self.function, kata, copied(args), copied(kwargs))
+
         call = (self.function.__module__, self.function.__qualname__, args, kwargs)
-        found = lookup(  # a slip's, for the diagnosis: played in one world with the others
-            implementation, size, call, lambda module: run_here(self.function, module, copied(args), copied(kwargs))
-        )
+        found = lookup(implementation, size, call, play)  # a slip's, for the diagnosis: one world for all
         if found is not None:
             return found
-        play = functools.partial(run_here, self.function, args=copied(args), kwargs=copied(kwargs))
         with tempfile.TemporaryDirectory(prefix="kata-world-") as private:
             answers = run_world(play, size, load=lambda: implementation, private_dir=private)
         if tag_of(answers[0]) == "error":
