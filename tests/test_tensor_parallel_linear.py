@@ -175,9 +175,8 @@ def played(kata, cases: list) -> list:
     return results
 
 
-def expected(c, w, rank: int) -> dict:
-    """The full float64 computation, sliced for `rank`: what that rank must see."""
-    world = c["world"]
+def expected(c, w) -> dict:
+    """The full float64 computation: the output, x's gradient, each layer's weight and bias gradients."""
     x = w["x"].clone().requires_grad_()
     first = linear(w["w1"], w["b1"] if c["bias"] else None, torch.float64)
     layers = {"layer": first}
@@ -188,16 +187,25 @@ def expected(c, w, rank: int) -> dict:
     else:
         output = first(x)
     output.backward(w["grad"])
-    want = {"output": output.detach(), "x grad": x.grad}
-    if c["kind"] == "column" and not c["split"]:
-        want["output"] = own(want["output"], rank, world)
-    if c["kind"] == "row" and c["split"]:
-        want["x grad"] = own(want["x grad"], rank, world)
+    full = {"output": output.detach(), "x grad": x.grad}
     for name, layer in layers.items():
+        full[f"{name} weight grad"] = layer.weight.grad
+        full[f"{name} bias grad"] = layer.bias.grad if layer.bias is not None else None
+    return full
+
+
+def rank_share(c, full: dict, rank: int) -> dict:
+    """What `rank` must see of the full computation: its slices where it holds slices."""
+    world = c["world"]
+    want = dict(full)
+    if c["kind"] == "column" and not c["split"]:
+        want["output"] = own(full["output"], rank, world)
+    if c["kind"] == "row" and c["split"]:
+        want["x grad"] = own(full["x grad"], rank, world)
+    for name in ("up", "down") if c["kind"] == "mlp" else ("layer",):
         by_rows = name == "up" or (name == "layer" and c["kind"] == "column")
-        weight_grad = layer.weight.grad
+        weight_grad, bias_grad = full[f"{name} weight grad"], full[f"{name} bias grad"]
         want[f"{name} weight grad"] = own(weight_grad.T, rank, world).T if by_rows else own(weight_grad, rank, world)
-        bias_grad = layer.bias.grad if layer.bias is not None else None
         want[f"{name} bias grad"] = own(bias_grad, rank, world) if by_rows and bias_grad is not None else bias_grad
     return want
 
@@ -250,11 +258,10 @@ HINTS = {
 
 
 def check_case(c, w, plays, dtype) -> None:
+    full, call = expected(c, w), call_text(c, dtype)  # computed once, sliced for each rank
     for rank, got in enumerate(plays):
-        want = expected(c, w, rank)
-        for what, value in want.items():
+        for what, value in rank_share(c, full, rank).items():
             key = f"{what} on rank {rank}"
-            call = call_text(c, dtype)
             if value is None:
                 if got[what] is not None:
                     raise Mismatch(
