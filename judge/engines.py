@@ -38,6 +38,7 @@ from judge.isolation import (
 from judge.limits import DEFAULT, Limits, limits_for
 from judge.paths import ROOT, test_file
 from judge.protocol import KataResult, Timing, read_events
+from judge.templates import Template
 from judge.verdicts import classify
 from judge.warm import warm_up
 
@@ -47,6 +48,27 @@ from judge.warm import warm_up
 # every file on the stack, cost a stub with 30 failing tests a second), and no assertion
 # rewriting (the kata tests' messages are their own; rewriting recompiled a test module per grade).
 PYTEST_FLAGS = ("-p", "no:cacheprovider", "-o", "addopts=", "-q", "--tb=line", "--assert=plain")
+
+
+def grade_options(path: Path, *, seed: int, results: Path, limits: Limits, first_failure: bool = False) -> dict:
+    """The values of a grade's own pytest options (by their names in pytest's config.option),
+    for the kata file at `path`: what a template's copy takes (judge.templates), and what
+    pytest_args writes as flags. `first_failure` stops at the first failed test (enough to
+    reject a mutant, at a fraction of the cost)."""
+    return {
+        "impl": str(path),
+        "seed": seed,
+        "results": str(results),
+        "results_private": PRIVATE_RESULTS,  # read through /proc/self/fd: Linux
+        "memory_limit_mb": limits.memory_mb,
+        "output_limit_mb": limits.output_mb,
+        "maxfail": 1 if first_failure else 0,
+    }
+
+
+def template_args(name: str, device: str) -> list[str]:
+    """pytest's arguments shared by every grade of kata `name`: a template's (judge.templates)."""
+    return [str(test_file(name)), *PYTEST_FLAGS, "--device", device]
 
 
 def pytest_args(
@@ -61,24 +83,15 @@ def pytest_args(
     first_failure: bool = False,
     shard: str | None = None,
 ) -> list[str]:
-    """pytest's arguments for grading (or timing) the kata file at `path`; `first_failure`
-    stops at the first failed test (enough to reject a mutant, at a fraction of the cost);
-    `shard` ("i/n") runs only that shard of the tests (judge.shards)."""
-    args = [str(test_file(name)), *PYTEST_FLAGS]
-    args += [
-        "--impl",
-        str(path),
-        "--seed",
-        str(seed),
-        "--device",
-        device,
-        "--results",
-        str(results),
-    ]
-    args += ["--results-private"] if PRIVATE_RESULTS else []  # read through /proc/self/fd: Linux
-    args += [f"--memory-limit-mb={limits.memory_mb}", f"--output-limit-mb={limits.output_mb}"]
+    """pytest's arguments for grading (or timing) the kata file at `path` (grade_options as
+    flags); `shard` ("i/n") runs only that shard of the tests (judge.shards)."""
+    options = grade_options(path, seed=seed, results=results, limits=limits, first_failure=first_failure)
+    args = template_args(name, device)
+    args += ["--impl", options["impl"], "--seed", str(options["seed"]), "--results", options["results"]]
+    args += ["--results-private"] if options["results_private"] else []
+    args += [f"--memory-limit-mb={options['memory_limit_mb']}", f"--output-limit-mb={options['output_limit_mb']}"]
     args += ["--shard", shard] if shard else []
-    return args + (["--kata-timing"] if timing else []) + (["--maxfail=1"] if first_failure else [])
+    return args + (["--kata-timing"] if timing else []) + ([f"--maxfail={options['maxfail']}"] if first_failure else [])
 
 
 def kata_env(threads: int | None = None, extra: dict | None = None) -> dict:
@@ -276,9 +289,13 @@ class ProcessEngine:
                 args += ["--gate", str(gate[0])]
                 pending.gates.append(gate[1])
             pending.parts.append(Shard(folder / "output.log", results, copy))
+            options = grade_options(
+                copy, seed=seed, results=folder / "results.jsonl", limits=limits, first_failure=first_failure
+            )
+            started = None if gated or count > 1 else self.start_from_template(name, options, folder / "output.log")
             # no judging process holds a gate's other end (its own or an earlier shard's): the
             # grader's going, or its letting go, is an end of file at every gate
-            pending.starts.append(self.start(args, folder / "output.log", close=tuple(pending.gates)))
+            pending.starts.append(started or self.start(args, folder / "output.log", close=tuple(pending.gates)))
             if gate:
                 os.close(gate[0])
         return pending
@@ -302,6 +319,12 @@ class ProcessEngine:
             else:
                 result.timing = {"error": f"timing failed: {log_tail(log)}"}
 
+    def start_from_template(self, name: str, options: dict, log: Path) -> Started | None:
+        """A grade of kata `name` with these option values (grade_options), started in a copy
+        of a judging process that has collected its tests (judge.templates); None: start it
+        the usual way."""
+        return None
+
     def start(self, args: list[str], log: Path, *, close: tuple[int, ...] = ()) -> Started:
         """A judging process for these pytest arguments, started (supervised by isolation.finish);
         `close`: descriptors of the grader's that it must not hold."""
@@ -309,8 +332,13 @@ class ProcessEngine:
         return start_process(command, cwd=ROOT, env=kata_env(self.threads, self.env), log_path=log, close=close)
 
 
+TEMPLATES_KEPT = 2  # templates a fork engine keeps, the last used: grades come a kata after another
+
+
 class ForkEngine(ProcessEngine):
-    """Imports torch and pytest once; each grade runs pytest.main in a forked child.
+    """Imports torch and pytest once; each grade runs pytest.main in a forked child: a copy of
+    a template that has collected the kata's tests (judge.templates), or else a child of this
+    process's own.
 
     The warm process never runs a tensor op: a fork after torch has started its OpenMP
     threads hangs in the child. So it checks its thread count before each fork, and grades
@@ -324,6 +352,8 @@ class ForkEngine(ProcessEngine):
         self.baseline: int | None = None
         self.prepare_seconds = 0.0
         self.warmed: set[str] = set()
+        self.templates: dict[tuple, Template] = {}  # the last used last
+        self.untemplated: set[tuple] = set()  # whose template never started a grade
 
     def prepare(self) -> None:
         if self.ready:
@@ -381,6 +411,33 @@ class ForkEngine(ProcessEngine):
             )
             return False
         return True
+
+    def start_from_template(self, name: str, options: dict, log: Path) -> Started | None:
+        self.prepare()
+        env = kata_env(self.threads, self.env)
+        key = (name, self.device, tuple(sorted(env.items())))
+        if key in self.untemplated or not self.fork_is_safe():
+            return None
+        template = self.templates.pop(key, None)
+        started = template.grade(options, cwd=ROOT, env=env, log_path=log) if template else None
+        if started is None:
+            if template is not None:  # gone since its last grade (a kata's doing?): a new one
+                template.close()
+            template = Template(template_args(name, self.device), cwd=ROOT, env=env)
+            started = template.grade(options, cwd=ROOT, env=env, log_path=log)
+        if started is None:  # a new one that could not start a grade: the usual start says why
+            template.close()
+            self.untemplated.add(key)
+            return None
+        self.templates[key] = template
+        while len(self.templates) > TEMPLATES_KEPT:
+            self.templates.pop(next(iter(self.templates))).close()
+        return started
+
+    def close(self) -> None:
+        super().close()
+        while self.templates:
+            self.templates.popitem()[1].close()
 
     def start(self, args: list[str], log: Path, *, close: tuple[int, ...] = ()) -> Started:
         self.prepare()

@@ -15,6 +15,7 @@ even inside a native op or with SIGALRM ignored (an in-process alarm can do neit
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import re
@@ -111,10 +112,18 @@ class Clock:
 
 
 def supervise(
-    watcher: int, kata: int, report: int, *, time_limit: float, test_timeout: float | None, events: Path | None
+    watcher: int,
+    kata: int,
+    report: int,
+    *,
+    time_limit: float,
+    test_timeout: float | None,
+    events: Path | None,
+    reap: bool = True,
 ) -> ProcessEnd:
-    """Wait for the watcher `watcher` (our child) to report how the kata process `kata` ended,
-    under the limits (see Clock); past them, kill the kata's group and let the watcher clear the rest."""
+    """Wait for the watcher `watcher` (our child, which we reap; or, not `reap`, a template's:
+    judge.templates) to report how the kata process `kata` ended, under the limits (see Clock);
+    past them, kill the kata's group and let the watcher clear the rest."""
     run = Clock(time.monotonic(), [])  # the whole run: extended by the tests' waits
     waited_in_tests = 0.0  # CPU waits of the tests that ended
     tail = EventTail(events) if events is not None and test_timeout else None
@@ -145,12 +154,13 @@ def supervise(
         killed = timed_out or overran is not None
         if killed:
             kill_group(kata)
-        status = _read_word(report, SWEEP_SECONDS)
+        status = read_word(report, SWEEP_SECONDS)
     finally:
         kill_group(kata)  # the watcher's sweep normally leaves nothing; this covers its death
         kill_group(watcher)
         os.close(report)
-        os.waitpid(watcher, 0)
+        if reap:
+            os.waitpid(watcher, 0)
     if killed:
         return ProcessEnd(None, timed_out, overran, importing, waited=waited)
     if status is None:
@@ -158,7 +168,7 @@ def supervise(
     return ProcessEnd(os.waitstatus_to_exitcode(status))
 
 
-def _read_word(fd: int, timeout: float) -> int | None:
+def read_word(fd: int, timeout: float) -> int | None:
     """One int from the watcher's pipe, or None if it closed (or said nothing in time) first."""
     data, deadline = b"", time.monotonic() + timeout
     while len(data) < _WORD.size:
@@ -246,23 +256,27 @@ def _become_subreaper() -> None:
         pass
 
 
-def _run_kata(target: Callable[[], int], cwd: Path, env: dict, log_fd: int, report: int) -> None:
-    """In the kata process: its own group, its pid told to the grader before any kata code
-    runs, output to the log, then `target()`; never returns."""
+def _enter_kata(cwd: Path, env: dict, log_fd: int, report: int) -> None:
+    """The kata process's set-up, before any kata code runs: its own group, its pid told to
+    the grader, output to the log, Ctrl-C as Python's, then the grade's folder and variables."""
+    os.setpgid(0, 0)
+    os.write(report, _WORD.pack(os.getpid()))
+    os.close(report)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    sys.dont_write_bytecode = True
+
+
+def run_to_exit(target: Callable[[], int]) -> None:
+    """`target()`, then leave with its exit code (70 if it failed unexpectedly): never returns."""
     code = 70
     try:
-        os.setpgid(0, 0)
-        os.write(report, _WORD.pack(os.getpid()))
-        os.close(report)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(log_fd, 1)
-        os.dup2(log_fd, 2)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        os.chdir(cwd)
-        os.environ.clear()
-        os.environ.update(env)
-        sys.dont_write_bytecode = True
         code = int(target() or 0)
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else 1
@@ -276,9 +290,11 @@ def _run_kata(target: Callable[[], int], cwd: Path, env: dict, log_fd: int, repo
             os._exit(code & 0xFF)
 
 
-def _watch(target: Callable[[], int], cwd: Path, env: dict, log_fd: int, report: int) -> None:
-    """The watcher: fork the kata process (which tells the grader its pid), wait for it,
-    clear everything it left behind, then tell the grader its exit status. Never returns."""
+def become_watcher(cwd: Path, env: dict, log_fd: int, report: int) -> None:
+    """In a process just forked to watch one grade: fork the kata process, which returns from
+    here set up (_enter_kata); wait for it, clear everything it left behind, tell the grader its
+    exit status on `report`, and leave. Returns only in the kata process."""
+    kata = -1
     try:
         try:
             os.setsid()
@@ -288,7 +304,11 @@ def _watch(target: Callable[[], int], cwd: Path, env: dict, log_fd: int, report:
         _become_subreaper()
         kata = os.fork()
         if kata == 0:
-            _run_kata(target, cwd, env, log_fd, report)
+            try:
+                _enter_kata(cwd, env, log_fd, report)
+            except BaseException:  # noqa: BLE001 - no kata code ran: the grader sees a crash
+                os._exit(70)
+            return
         os.close(log_fd)
         try:
             os.setpgid(kata, kata)
@@ -298,17 +318,26 @@ def _watch(target: Callable[[], int], cwd: Path, env: dict, log_fd: int, report:
         _sweep()
         os.write(report, _WORD.pack(status))
     finally:
-        os._exit(0)
+        if kata != 0:
+            os._exit(0)
+
+
+def _watch(target: Callable[[], int], cwd: Path, env: dict, log_fd: int, report: int) -> None:
+    """The watcher of `target()` run in its kata process (become_watcher); never returns."""
+    become_watcher(cwd, env, log_fd, report)
+    run_to_exit(target)
 
 
 @dataclass(frozen=True)
 class Started:
-    """A kata process under way: its watcher (our child), its pid (None: the watcher died before
-    it began, so no kata code ran) and the watcher's pipe, which will carry its exit status."""
+    """A kata process under way: its watcher, its pid (None: the watcher died before it began,
+    so no kata code ran) and the watcher's pipe, which will carry its exit status. `reap`: the
+    watcher is our child (else a template's, which reaps it: judge.templates)."""
 
     watcher: int
     kata: int | None
     report: int
+    reap: bool = True
 
 
 def start_forked(
@@ -334,7 +363,7 @@ def start_forked(
         os.setpgid(watcher, watcher)  # no window in which a kill of its group could miss it
     except OSError:
         pass
-    kata = _read_word(read_end, SWEEP_SECONDS)
+    kata = read_word(read_end, SWEEP_SECONDS)
     if kata is None:
         os.close(read_end)
         kill_group(watcher)
@@ -349,7 +378,13 @@ def finish(
     if started.kata is None:
         return ProcessEnd(None, orphaned=True)
     return supervise(
-        started.watcher, started.kata, started.report, time_limit=time_limit, test_timeout=test_timeout, events=events
+        started.watcher,
+        started.kata,
+        started.report,
+        time_limit=time_limit,
+        test_timeout=test_timeout,
+        events=events,
+        reap=started.reap,
     )
 
 
@@ -388,6 +423,19 @@ def start_process(command: list[str], *, cwd: Path, env: dict, log_path: Path, c
         return 127  # not reached
 
     return start_forked(execute, cwd=cwd, env=env, log_path=log_path, close=close)
+
+
+def close_inherited(keep: set[int]) -> None:
+    """Close every descriptor this process inherited but `keep` (a world's rank: the host's
+    socket to the judge, other ranks' channels, files; a template: the grader's results files
+    and pipes). Not the anonymous inodes: torch's own event loops and polls, made when it was
+    loaded (gloo's transport fails on a closed one)."""
+    for fd in map(int, os.listdir("/proc/self/fd")):
+        if fd in keep:
+            continue
+        with contextlib.suppress(OSError):
+            if not os.readlink(f"/proc/self/fd/{fd}").startswith("anon_inode:"):
+                os.close(fd)
 
 
 def thread_count() -> int | None:

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from judge import shards
+from judge import shards, templates
 from judge.failures import error_kind, failure_text
 from judge.isolation import keep_to_myself
 from judge.language import pick, tr
@@ -80,6 +80,12 @@ def pytest_addoption(parser):
     group.addoption(
         "--gate", type=int, default=None, help="(grader) wait, tests collected, for a word on this descriptor"
     )
+    group.addoption(
+        "--template",
+        type=int,
+        default=None,
+        help="(grader) wait, tests collected, for grades on this socket, each run in a copy (judge.templates)",
+    )
     group.addoption("--timing-rounds", type=int, default=9, help="(grader) interleaved timing rounds")
     group.addoption(
         "--timing-threads", type=int, default=TIMING_THREADS, help="(grader) CPU threads for both sides of a timing"
@@ -101,15 +107,24 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "kata_tier(tier, stub_says=..., zh=...): core or conventions (judge.testing.tiers)"
     )
-    apply_limits(config)
     # One thread: the references and comparisons are small, and on a busy machine every op of
     # a two-thread pool waits for its second thread (measured: 9 ms instead of 0.2 ms a linear).
     torch.set_num_threads(1)
     config.torch_baseline = torch_state()  # before any kata is imported
-    # Kata processes are forked from here, before this process runs any tensor operation,
-    # with the real stderr (the log; pytest captures this process's) for their crash reports,
-    # and warm: what a kata's first call imports (two seconds of sympy and dynamo) is here.
+    # What a kata's first call imports (two seconds of sympy and dynamo), imported here once:
+    # the kata processes are forked from here (begin_grade), warm.
     warm_up()
+    config.kata_seed = None
+    if config.getoption("template") is None:  # a template's grades begin in its copies
+        begin_grade(config)
+
+
+def begin_grade(config) -> None:
+    """What is a grade's own: its limits, the fork server of its kata processes, its seed and
+    its results file."""
+    apply_limits(config)
+    # Kata processes are forked from here, before this process runs any tensor operation,
+    # with the real stderr (the log; pytest captures this process's) for their crash reports.
     config.kata_zygote = Zygote(stderr=real_stderr(config))
     seed = config.getoption("seed")
     config.kata_seed = random.SystemRandom().randrange(1_000_000) if seed is None else seed
@@ -196,9 +211,14 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def pytest_collection_finish(session):
-    """--gate: a grade started ahead of the save it judges (make watch) waits here, its tests
-    collected, until the grader copies the kata file in and says go; if the grader lets it
-    go (or is gone), it leaves without running a test."""
+    """--template: a template (judge.templates) waits here for grades, and each grade's copy
+    goes on from here with its own options and output. --gate: a grade started ahead of the
+    save it judges (make watch) waits here, its tests collected, until the grader copies the
+    kata file in and says go; if the grader lets it go (or is gone), it leaves without running
+    a test."""
+    if session.config.getoption("template") is not None:
+        begin_copy(session, templates.wait_for_grades(session.config.getoption("template")))
+        return
     gate = session.config.getoption("gate")
     if gate is None:
         return
@@ -207,6 +227,25 @@ def pytest_collection_finish(session):
     if not word:
         sys.stdout.flush()
         os._exit(0)
+
+
+def begin_copy(session, options: dict) -> None:
+    """In a grade forked from a template: pytest's capture afresh on this grade's output (the
+    template's temporary files would carry one grade's prints into the next), the grade's
+    option values (engines.grade_options), then what begins a grade, and its list of tests."""
+    config = session.config
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if capture is not None and capture._global_capturing is not None:
+        capture._global_capturing.stop_capturing()
+        capture._global_capturing = None
+        capture.start_global_capturing()
+        capture.suspend_global_capture()
+    for name, value in options.items():
+        setattr(config.option, name, value)
+    begin_grade(config)
+    writer = config.pluginmanager.get_plugin("kata-results")
+    if writer is not None:
+        writer.pytest_collection_finish(session)
 
 
 @pytest.fixture(scope="module")

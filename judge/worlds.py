@@ -231,18 +231,6 @@ def _deadlock_message(stuck: list[_Rank], size: int, kata_file: str) -> str:
     return message
 
 
-def _close_inherited(keep: set[int]) -> None:
-    """Close what this rank inherited but `keep`: the host's socket to the judge, other ranks'
-    channels, files. Not the anonymous inodes (torch's own event loops and polls, made when it
-    was loaded: gloo's transport fails on a closed one)."""
-    for fd in map(int, os.listdir("/proc/self/fd")):
-        if fd in keep:
-            continue
-        with contextlib.suppress(OSError):
-            if not os.readlink(f"/proc/self/fd/{fd}").startswith("anon_inode:"):
-                os.close(fd)
-
-
 def join_group(init_method: str, rank: int, size: int) -> None:
     """Join the default process group: gloo, by a FileStore rendezvous at `init_method`."""
     import torch.distributed as dist
@@ -255,7 +243,9 @@ def _rank(rank, size, store, sock, dump, play, load, kata_file) -> None:
     """One rank's life, in a forked child; never returns."""
     code = 0
     try:
-        _close_inherited({0, 1, 2, sock.fileno(), dump})
+        from judge.isolation import close_inherited
+
+        close_inherited({0, 1, 2, sock.fileno(), dump})
         import torch
 
         from judge.remote.answers import as_data, error_facts

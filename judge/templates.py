@@ -1,0 +1,196 @@
+"""Judging processes forked after collection: one template per kata, each grade a copy of it.
+
+A judging process spends about half its CPU time before its first test: pytest's
+configuration, its plugins, the conftest, the collection of the kata's tests. That is the
+same for every grade of a kata, and the maintainers' suite grades each kata's 10 to 40
+mutants one after the other. A template is a judging process that has done all of it and
+waits at the end of its collection (plugin.pytest_collection_finish, --template). For each
+grade the engine sends it, it forks a watcher (isolation.become_watcher) whose kata process
+is a copy of the template: that copy takes the grade's options and its own output, and
+starts at its first test.
+
+A template runs no kata code (its copies do, below their watchers, in kata processes of
+their own): the judge's code only, on no kata file. It is the engine's child, in a session
+of its own, and dies with it. Its watchers are its own children: it keeps each until the
+next grade, so the engine can still kill a watcher's group by its pid. Anything that fails
+before a grade's kata process has started (the template gone, its collection failed, a
+thread started) leaves that grade to be started the usual way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import tempfile
+from pathlib import Path
+
+from judge.isolation import (
+    SWEEP_SECONDS,
+    Started,
+    become_watcher,
+    close_inherited,
+    kill_group,
+    read_word,
+    run_to_exit,
+    thread_count,
+)
+
+READY_SECONDS = 60.0  # how long a new template may take to configure and collect before its first grade
+_PID = struct.Struct("<i")
+_REQUEST_BYTES = 1 << 16
+PR_SET_PDEATHSIG = 1
+
+
+class Template:
+    """The engine's end of one template: `grade` starts a grade in a copy of it."""
+
+    def __init__(self, args: list[str], *, cwd: Path, env: dict):
+        """Fork the template: pytest with `args` (the test module and the flags a grade of it
+        shares with every other, judge.engines.template_args) and --template."""
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        with tempfile.TemporaryFile() as output:  # its own output: a file its copies tell from their own
+            self.pid = os.fork()
+            if self.pid == 0:
+                self.sock.close()
+                _template(args + ["--template", str(theirs.fileno())], theirs.fileno(), output.fileno(), cwd, env)
+        theirs.close()
+        self.ready = False  # it has answered once: its configuration and collection are done
+
+    def grade(self, options: dict, *, cwd: Path, env: dict, log_path: Path) -> Started | None:
+        """A grade with these option values (engines.grade_options), its output to `log_path`,
+        started in a copy of the template below a watcher; None if the template could not
+        start it (then nothing of the grade ran: start it the usual way)."""
+        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        read_end, write_end = os.pipe()
+        request = json.dumps({"options": options, "cwd": str(cwd), "env": env}).encode()
+        try:
+            socket.send_fds(self.sock, [request], [log_fd, write_end])
+            watcher = self._answer(SWEEP_SECONDS if self.ready else READY_SECONDS)
+        except OSError:
+            watcher = None
+        finally:
+            os.close(log_fd)
+            os.close(write_end)
+        kata = read_word(read_end, SWEEP_SECONDS) if watcher else None
+        if kata is None:
+            if watcher:
+                kill_group(watcher)
+            os.close(read_end)
+            return None
+        self.ready = True
+        return Started(watcher, kata, read_end, reap=False)
+
+    def _answer(self, timeout: float) -> int | None:
+        """The watcher's pid the template answers, or None (it refused, is gone, or is silent)."""
+        if not select.select([self.sock], [], [], timeout)[0]:
+            return None
+        answer = self.sock.recv(_PID.size)
+        return (_PID.unpack(answer)[0] or None) if len(answer) == _PID.size else None
+
+    def close(self) -> None:
+        """End the template (a grade it started goes on, below its watcher)."""
+        self.sock.close()
+        with contextlib.suppress(OSError):
+            os.kill(self.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(self.pid, 0)
+
+
+def _template(args: list[str], sock: int, output: int, cwd: Path, env: dict) -> None:
+    """The template's life, in the engine's forked child; never returns. Its copies leave
+    through here too, with their pytest's exit code."""
+    import pytest
+
+    try:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        os.setsid()  # no Ctrl-C from the grader's terminal: its copies set their own
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(output, 1)
+        os.dup2(output, 2)
+        close_inherited({0, 1, 2, sock})
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(env)
+        sys.dont_write_bytecode = True
+    except BaseException:  # noqa: BLE001 - the engine sees the socket close
+        os._exit(70)
+    run_to_exit(lambda: pytest.main(args))
+
+
+def wait_for_grades(sock_fd: int) -> dict:
+    """In the template, its tests collected: fork a grade for each request on `sock_fd`, and
+    leave when the engine lets go. Returns only in a grade's judging process: its request's
+    options, with every descriptor that was the template's output now the grade's log."""
+    sock = socket.socket(fileno=sock_fd)
+    own_output = _identity(1)
+    while True:
+        _reap()
+        try:
+            message, fds, _, _ = socket.recv_fds(sock, _REQUEST_BYTES, 2)
+        except OSError:
+            message, fds = b"", []
+        if not message or len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            if not message:
+                sys.stdout.flush()
+                os._exit(0)
+            sock.send(_PID.pack(0))
+            continue
+        log_fd, report = fds
+        request = json.loads(message)
+        if thread_count() != 1:  # a fork could hang: refuse (a fork's child starts with one thread)
+            os.close(log_fd)
+            os.close(report)
+            sock.send(_PID.pack(0))
+            continue
+        sys.stdout.flush()
+        sys.stderr.flush()
+        watcher = os.fork()
+        if watcher == 0:
+            sock.close()
+            become_watcher(Path(request["cwd"]), request["env"], log_fd, report)
+            _repoint(own_output, 1)  # the kata process: pytest's and faulthandler's copies of the output
+            return request["options"]
+        os.close(log_fd)
+        os.close(report)
+        sock.send(_PID.pack(watcher))
+
+
+def _identity(fd: int) -> tuple[int, int] | None:
+    try:
+        status = os.fstat(fd)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
+
+
+def _repoint(identity: tuple[int, int] | None, to: int) -> None:
+    """Make every descriptor that is the file `identity` a copy of `to`."""
+    if identity is None:
+        return
+    for fd in map(int, os.listdir("/proc/self/fd")):
+        if fd != to and _identity(fd) == identity:
+            os.dup2(to, fd)
+
+
+def _reap() -> None:
+    """Reap the watchers that have ended (each kept until now, so its pid was not reused)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
