@@ -16,6 +16,7 @@ it off PyTorch's fused inference fast path; its result is rounded to the dtype u
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -549,6 +550,7 @@ def check(mk: ModuleKata, kata, built: Built, inputs: dict, *, float64_throughou
     tolerances = {dtype: mk.tolerances[core_dtype(dtype, float64_throughout)] for dtype in mk.tolerances}
     want, defined = mk.forward(built.reference, {k: t.detach().cpu().double() for k, t in inputs.items()}, kwargs)
     first = next(iter(inputs.values()))
+    tolerances = as_far_as_pytorch(mk, built, inputs, kwargs, want, defined, tolerances)
     try:
         with diagnosing(mk.kata, replay(mk, built, inputs, kwargs), built.case):
             text, got, _ = run(mk, kata, built, inputs, kwargs)
@@ -568,6 +570,47 @@ def check(mk: ModuleKata, kata, built: Built, inputs: dict, *, float64_throughou
         if mk.probes and not error.kind_only and hasattr(error, "kata_diagnosis"):
             error.kata_diagnosis = [*error.kata_diagnosis, *_step_by_step(mk, kata, built, inputs, kwargs, defined)]
         raise
+
+
+HONEST_FACTOR = 2.0  # in half precision, a correct kata may land this many times as far as PyTorch's own module
+
+
+def as_far_as_pytorch(
+    mk: ModuleKata, built: Built, inputs: dict, kwargs: dict, want: dict, defined, tolerances: Mapping
+) -> Mapping:
+    """In float16 and bfloat16, the tolerance widened to HONEST_FACTOR times what PyTorch's own
+    module in that dtype needs on this very case, where that is more than the tolerance. Some
+    draws are ill-conditioned: a LayerNorm over a few nearly equal values (d_model 2 to 6, eps
+    1e-3) multiplies the rounding of its input. With the fixed tolerance alone, the decoder and
+    encoder layers' solutions failed about one draw in 700 (2,000 seeds each; seed 296560 of the
+    suite: 2.3 times bfloat16's). Measured on the decoder layer and the GPT-2 block, 1,500-2,000
+    seeds each: widened on 0.1-0.2% of the checks, by up to 3.3 (bfloat16) and 5.8 (float16)
+    times, and no solution failed. Where PyTorch's module runs well within the tolerance, it is
+    unchanged; where PyTorch's module cannot run in that dtype, too. Only the rows where the
+    result is defined count (see assert_close_where_defined)."""
+    dtype = next(iter(inputs.values())).dtype
+    if dtype not in (torch.float16, torch.bfloat16) or dtype not in tolerances:
+        return tolerances
+    try:
+        own, _ = mk.forward(
+            copy.deepcopy(built.reference).to(dtype), {k: t.detach().cpu() for k, t in inputs.items()}, kwargs
+        )
+    except Exception:  # noqa: BLE001 - PyTorch's module cannot run in this dtype here: the fixed tolerance
+        return tolerances
+    tolerance, used = tolerances[dtype], 0.0
+    for what, expected in want.items():
+        got = own.get(what)
+        if expected is None or got is None or got.shape != expected.shape:
+            continue
+        error = (got.double() - expected).abs() / (tolerance["atol"] + tolerance["rtol"] * expected.abs())
+        if defined is not None:
+            keep = defined[:, None, :, None] if what == "weights" else defined[:, :, None]
+            error = torch.where(keep, error, torch.zeros((), dtype=error.dtype))
+        used = max(used, float(torch.nan_to_num(error, nan=0.0).max()) if error.numel() else 0.0)
+    scale = HONEST_FACTOR * used
+    if scale <= 1:
+        return tolerances
+    return {**tolerances, dtype: {"rtol": tolerance["rtol"] * scale, "atol": tolerance["atol"] * scale}}
 
 
 def assert_inputs_left_alone(mk: ModuleKata, kata, built: Built, inputs: dict, **kwargs) -> None:
