@@ -6,7 +6,8 @@ watcher, forked from the grader for this grade alone, which is a child subreaper
 process the kata starts, even one that leaves the group with setsid() and loses its parent,
 stays below the watcher, and when the kata process ends the watcher kills all of them
 before it reports the kata's exit status to the grader. A kata that kills its parent kills
-only the watcher: the grader sees no status come and grades it a crash.
+only the watcher: the grader sees no status come and grades it a crash. (A template,
+judge.templates, is itself the watcher of each grade it forks: report_end.)
 
 The grader supervises from outside: it waits under the wall-clock limit, and it reads the
 results file as the kata writes it, so a test that runs past the per-test limit is stopped
@@ -121,9 +122,9 @@ def supervise(
     events: Path | None,
     reap: bool = True,
 ) -> ProcessEnd:
-    """Wait for the watcher `watcher` (our child, which we reap; or, not `reap`, a template's:
-    judge.templates) to report how the kata process `kata` ended, under the limits (see Clock);
-    past them, kill the kata's group and let the watcher clear the rest."""
+    """Wait for the watcher `watcher` (our child, reaped here if `reap`; 0: a template,
+    judge.templates) to report how the kata process `kata` ended, under the limits (see
+    Clock); past them, kill the kata's group and let the watcher clear the rest."""
     run = Clock(time.monotonic(), [])  # the whole run: extended by the tests' waits
     waited_in_tests = 0.0  # CPU waits of the tests that ended
     tail = EventTail(events) if events is not None and test_timeout else None
@@ -183,6 +184,8 @@ def read_word(fd: int, timeout: float) -> int | None:
 
 
 def kill_group(pid: int) -> None:
+    if pid <= 0:  # no group to kill (killpg(0) would be this process's own)
+        return
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -249,14 +252,14 @@ def keep_to_myself() -> None:
         pass
 
 
-def _become_subreaper() -> None:
+def become_subreaper() -> None:
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     except (OSError, AttributeError):  # not Linux: orphans go to init, the group kill remains
         pass
 
 
-def _enter_kata(cwd: Path, env: dict, log_fd: int, report: int) -> None:
+def enter_kata(cwd: Path, env: dict, log_fd: int, report: int) -> None:
     """The kata process's set-up, before any kata code runs: its own group, its pid told to
     the grader, output to the log, Ctrl-C as Python's, then the grade's folder and variables."""
     os.setpgid(0, 0)
@@ -292,8 +295,8 @@ def run_to_exit(target: Callable[[], int]) -> None:
 
 def become_watcher(cwd: Path, env: dict, log_fd: int, report: int) -> None:
     """In a process just forked to watch one grade: fork the kata process, which returns from
-    here set up (_enter_kata); wait for it, clear everything it left behind, tell the grader its
-    exit status on `report`, and leave. Returns only in the kata process."""
+    here set up (enter_kata); watch it to its end (report_end), and leave. Returns only in the
+    kata process."""
     kata = -1
     try:
         try:
@@ -301,25 +304,31 @@ def become_watcher(cwd: Path, env: dict, log_fd: int, report: int) -> None:
         except OSError:  # the grader made us a group leader first: a group is enough
             pass
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the kata, the sweep still runs
-        _become_subreaper()
+        become_subreaper()
         kata = os.fork()
         if kata == 0:
             try:
-                _enter_kata(cwd, env, log_fd, report)
+                enter_kata(cwd, env, log_fd, report)
             except BaseException:  # noqa: BLE001 - no kata code ran: the grader sees a crash
                 os._exit(70)
             return
         os.close(log_fd)
-        try:
-            os.setpgid(kata, kata)
-        except OSError:
-            pass
-        _, status = os.waitpid(kata, 0)
-        _sweep()
-        os.write(report, _WORD.pack(status))
+        report_end(kata, report)
     finally:
         if kata != 0:
             os._exit(0)
+
+
+def report_end(kata: int, report: int) -> None:
+    """As the watcher of the kata process `kata` (its parent, a subreaper): wait for it to end,
+    clear everything it left behind, then tell the grader its exit status on `report`."""
+    try:
+        os.setpgid(kata, kata)  # as the kata process does itself: no window in which it has none
+    except OSError:
+        pass
+    _, status = os.waitpid(kata, 0)
+    _sweep()
+    os.write(report, _WORD.pack(status))
 
 
 def _watch(target: Callable[[], int], cwd: Path, env: dict, log_fd: int, report: int) -> None:
@@ -330,9 +339,9 @@ def _watch(target: Callable[[], int], cwd: Path, env: dict, log_fd: int, report:
 
 @dataclass(frozen=True)
 class Started:
-    """A kata process under way: its watcher, its pid (None: the watcher died before it began,
-    so no kata code ran) and the watcher's pipe, which will carry its exit status. `reap`: the
-    watcher is our child (else a template's, which reaps it: judge.templates)."""
+    """A kata process under way: its watcher (0: a template watches it, judge.templates), its
+    pid (None: the watcher died before it began, so no kata code ran) and the watcher's pipe,
+    which will carry its exit status. `reap`: the watcher is our child, to be reaped."""
 
     watcher: int
     kata: int | None

@@ -5,16 +5,15 @@ configuration, its plugins, the conftest, the collection of the kata's tests. Th
 same for every grade of a kata, and the maintainers' suite grades each kata's 10 to 40
 mutants one after the other. A template is a judging process that has done all of it and
 waits at the end of its collection (plugin.pytest_collection_finish, --template). For each
-grade the engine sends it, it forks a watcher (isolation.become_watcher) whose kata process
-is a copy of the template: that copy takes the grade's options and its own output, and
-starts at its first test.
+grade the engine sends it, it forks a copy of itself, which takes the grade's options and
+its own output and starts at its first test; and it is that copy's watcher (a subreaper,
+isolation.report_end): when the copy ends, it clears everything the grade left behind and
+tells the engine how the copy ended. So a grade costs no process of its own to watch it.
 
-A template runs no kata code (its copies do, below their watchers, in kata processes of
-their own): the judge's code only, on no kata file. It is the engine's child, in a session
-of its own, and dies with it. Its watchers are its own children: it keeps each until the
-next grade, so the engine can still kill a watcher's group by its pid. Anything that fails
-before a grade's kata process has started (the template gone, its collection failed, a
-thread started) leaves that grade to be started the usual way.
+A template runs no kata code (its copies do, in kata processes of their own): the judge's
+code only, on no kata file. It is the engine's child, in a session of its own, and dies
+with it. Anything that fails before a grade's kata process has started (the template gone,
+its collection failed, a thread started) leaves that grade to be started the usual way.
 """
 
 from __future__ import annotations
@@ -34,10 +33,11 @@ from pathlib import Path
 from judge.isolation import (
     SWEEP_SECONDS,
     Started,
-    become_watcher,
+    become_subreaper,
     close_inherited,
-    kill_group,
+    enter_kata,
     read_word,
+    report_end,
     run_to_exit,
     thread_count,
 )
@@ -67,34 +67,32 @@ class Template:
 
     def grade(self, options: dict, *, cwd: Path, env: dict, log_path: Path) -> Started | None:
         """A grade with these option values (engines.grade_options), its output to `log_path`,
-        started in a copy of the template below a watcher; None if the template could not
+        started in a copy of the template, which watches it; None if the template could not
         start it (then nothing of the grade ran: start it the usual way)."""
         log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         read_end, write_end = os.pipe()
         request = json.dumps({"options": options, "cwd": str(cwd), "env": env}).encode()
         try:
             socket.send_fds(self.sock, [request], [log_fd, write_end])
-            watcher = self._answer(SWEEP_SECONDS if self.ready else READY_SECONDS)
+            started = self._answer(SWEEP_SECONDS if self.ready else READY_SECONDS)
         except OSError:
-            watcher = None
+            started = False
         finally:
             os.close(log_fd)
             os.close(write_end)
-        kata = read_word(read_end, SWEEP_SECONDS) if watcher else None
+        kata = read_word(read_end, SWEEP_SECONDS) if started else None
         if kata is None:
-            if watcher:
-                kill_group(watcher)
             os.close(read_end)
             return None
         self.ready = True
-        return Started(watcher, kata, read_end, reap=False)
+        return Started(0, kata, read_end, reap=False)  # the template watches: no watcher of ours
 
-    def _answer(self, timeout: float) -> int | None:
-        """The watcher's pid the template answers, or None (it refused, is gone, or is silent)."""
+    def _answer(self, timeout: float) -> bool:
+        """Whether the template says it started the grade (False: it refused, is gone, or is silent)."""
         if not select.select([self.sock], [], [], timeout)[0]:
-            return None
+            return False
         answer = self.sock.recv(_PID.size)
-        return (_PID.unpack(answer)[0] or None) if len(answer) == _PID.size else None
+        return len(answer) == _PID.size and _PID.unpack(answer)[0] > 0
 
     def close(self) -> None:
         """End the template (a grade it started goes on, below its watcher)."""
@@ -119,6 +117,7 @@ def _template(args: list[str], sock: int, output: int, cwd: Path, env: dict) -> 
         os.dup2(output, 1)
         os.dup2(output, 2)
         close_inherited({0, 1, 2, sock})
+        become_subreaper()  # what a grade leaves behind comes to it, to be cleared
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update(env)
@@ -129,13 +128,13 @@ def _template(args: list[str], sock: int, output: int, cwd: Path, env: dict) -> 
 
 
 def wait_for_grades(sock_fd: int) -> dict:
-    """In the template, its tests collected: fork a grade for each request on `sock_fd`, and
-    leave when the engine lets go. Returns only in a grade's judging process: its request's
-    options, with every descriptor that was the template's output now the grade's log."""
+    """In the template, its tests collected: for each request on `sock_fd`, fork a grade and
+    watch it to its end; leave when the engine lets go. Returns only in a grade's judging
+    process: its request's options, with every descriptor that was the template's output now
+    the grade's log."""
     sock = socket.socket(fileno=sock_fd)
     own_output = _identity(1)
     while True:
-        _reap()
         try:
             message, fds, _, _ = socket.recv_fds(sock, _REQUEST_BYTES, 2)
         except OSError:
@@ -157,15 +156,20 @@ def wait_for_grades(sock_fd: int) -> dict:
             continue
         sys.stdout.flush()
         sys.stderr.flush()
-        watcher = os.fork()
-        if watcher == 0:
-            sock.close()
-            become_watcher(Path(request["cwd"]), request["env"], log_fd, report)
-            _repoint(own_output, 1)  # the kata process: pytest's and faulthandler's copies of the output
+        grade = os.fork()
+        if grade == 0:
+            try:
+                sock.close()
+                enter_kata(Path(request["cwd"]), request["env"], log_fd, report)
+                _repoint(own_output, 1)  # pytest's and faulthandler's copies of the output
+            except BaseException:  # noqa: BLE001 - no kata code ran: the engine sees a crash
+                os._exit(70)
             return request["options"]
         os.close(log_fd)
+        sock.send(_PID.pack(grade))
+        with contextlib.suppress(OSError):  # the engine stopped listening: the next grade is another's
+            report_end(grade, report)
         os.close(report)
-        sock.send(_PID.pack(watcher))
 
 
 def _identity(fd: int) -> tuple[int, int] | None:
@@ -183,14 +187,3 @@ def _repoint(identity: tuple[int, int] | None, to: int) -> None:
     for fd in map(int, os.listdir("/proc/self/fd")):
         if fd != to and _identity(fd) == identity:
             os.dup2(to, fd)
-
-
-def _reap() -> None:
-    """Reap the watchers that have ended (each kept until now, so its pid was not reused)."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
