@@ -5,12 +5,11 @@ Every verdict of the suite's pool (mutants, variants, stubs, broken files) comes
 templates too, in the fork engine's lanes."""
 
 import json
-import subprocess
-import sys
 import textwrap
 
 import pytest
 from _pytest.config import get_config
+from scripts import run_script
 
 from judge.engines import grade_options, pytest_args, template_args
 from judge.limits import Limits
@@ -107,16 +106,7 @@ def test_grades_from_one_template_share_nothing_and_a_killed_template_is_replace
     for path, text in ((first, PRINTS_THEN_HANGS), (second, PRINTS_AND_PASSES)):
         path.parent.mkdir()
         path.write_text(text)
-    done = subprocess.run(
-        [sys.executable, "-c", GRADES, str(ROOT), str(first), str(second)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    out = json.loads(done.stdout)
+    out = run_script(GRADES, str(first), str(second))
     assert out["first"][0] == "timeout", out["first"]
     status, _, printed = out["second"]
     assert status == "pass" and "the second grade" in printed, out["second"]
