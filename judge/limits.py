@@ -1,5 +1,6 @@
 """The limits a kata runs under: one place for all of them."""
 
+import resource
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -58,3 +59,19 @@ def _declared_limits(version: int | None) -> dict[str, tuple[int | None, int | N
         return {k.name: (k.time_limit, k.test_timeout) for k in load_catalog() if k.time_limit or k.test_timeout}
     except CatalogError:  # reported by the commands that read the catalog; grade with the base limits
         return {}
+
+
+def apply_limits(memory_mb: int, output_mb: int, device: str) -> None:
+    """Keep one kata from taking the machine down: this process's address space (`memory_mb`,
+    only without CUDA, whose driver reserves far more virtual memory than it uses) and the
+    bytes it may write to a file (`output_mb`); 0: no limit."""
+    if memory_mb and (device == "cpu" or not _cuda_available()):
+        resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
+    if output_mb:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (output_mb << 20, output_mb << 20))
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

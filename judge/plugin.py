@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import random
-import resource
 import sys
 import tempfile
 import zlib
@@ -31,6 +30,7 @@ from judge import shards, templates
 from judge.failures import error_kind, failure_text
 from judge.isolation import keep_to_myself
 from judge.language import pick, tr
+from judge.limits import apply_limits
 from judge.loading import load_kata, restore_torch_state, torch_state
 from judge.paths import SOLUTIONS
 from judge.protocol import (
@@ -92,16 +92,6 @@ def pytest_addoption(parser):
     )
 
 
-def apply_limits(config) -> None:
-    """Keep one kata from taking the machine down. The address-space limit applies only
-    without CUDA, whose driver reserves far more virtual memory than it uses."""
-    memory, output = config.getoption("memory_limit_mb"), config.getoption("output_limit_mb")
-    if memory and (config.getoption("device") == "cpu" or not torch.cuda.is_available()):
-        resource.setrlimit(resource.RLIMIT_AS, (memory << 20, memory << 20))
-    if output:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (output << 20, output << 20))
-
-
 def pytest_configure(config):
     config.addinivalue_line("markers", "kata_cuda: a case that needs CUDA (left out where there is none)")
     config.addinivalue_line(
@@ -119,13 +109,14 @@ def pytest_configure(config):
         begin_grade(config)
 
 
-def begin_grade(config) -> None:
-    """What is a grade's own: its limits, the fork server of its kata processes, its seed and
-    its results file."""
-    apply_limits(config)
+def begin_grade(config, zygote: Zygote | None = None) -> None:
+    """What is a grade's own: its limits (judge.limits), the fork server of its kata processes
+    (`zygote`: its template, else one forked here), its seed and its results file."""
+    memory, output = config.getoption("memory_limit_mb"), config.getoption("output_limit_mb")
+    apply_limits(memory, output, config.getoption("device"))
     # Kata processes are forked from here, before this process runs any tensor operation,
     # with the real stderr (the log; pytest captures this process's) for their crash reports.
-    config.kata_zygote = Zygote(stderr=real_stderr(config))
+    config.kata_zygote = zygote or Zygote(stderr=real_stderr(config))
     seed = config.getoption("seed")
     config.kata_seed = random.SystemRandom().randrange(1_000_000) if seed is None else seed
     results = config.getoption("results")
@@ -216,8 +207,10 @@ def pytest_collection_finish(session):
     save it judges (make watch) waits here, its tests collected, until the grader copies the
     kata file in and says go; if the grader lets it go (or is gone), it leaves without running
     a test."""
-    if session.config.getoption("template") is not None:
-        begin_copy(session, templates.wait_for_grades(session.config.getoption("template")))
+    config = session.config
+    if config.getoption("template") is not None:
+        device = config.getoption("device")
+        begin_copy(session, templates.wait_for_grades(config.getoption("template"), device, take_options(config)))
         return
     gate = session.config.getoption("gate")
     if gate is None:
@@ -229,10 +222,24 @@ def pytest_collection_finish(session):
         os._exit(0)
 
 
-def begin_copy(session, options: dict) -> None:
-    """In a grade forked from a template: pytest's capture afresh on this grade's output (the
-    template's temporary files would carry one grade's prints into the next), the grade's
-    option values (engines.grade_options), then what begins a grade, and its list of tests."""
+def take_options(config):
+    """What a template does with each grade's option values (engines.grade_options) before it
+    forks the grade and its kata processes: takes them as its own, as a grade started afresh
+    has them from its flags."""
+
+    def take(options: dict) -> None:
+        for name, value in options.items():
+            setattr(config.option, name, value)
+        config.kata_seed = options["seed"]
+
+    return take
+
+
+def begin_copy(session, zygote: Zygote) -> None:
+    """In a grade forked from a template (its options taken, take_options): pytest's capture
+    afresh on this grade's output (the template's temporary files would carry one grade's
+    prints into the next), then what begins a grade, with the template as the fork server of
+    its kata processes, and its list of tests."""
     config = session.config
     capture = config.pluginmanager.get_plugin("capturemanager")
     if capture is not None and capture._global_capturing is not None:
@@ -240,9 +247,7 @@ def begin_copy(session, options: dict) -> None:
         capture._global_capturing = None
         capture.start_global_capturing()
         capture.suspend_global_capture()
-    for name, value in options.items():
-        setattr(config.option, name, value)
-    begin_grade(config)
+    begin_grade(config, zygote)
     writer = config.pluginmanager.get_plugin("kata-results")
     if writer is not None:
         writer.pytest_collection_finish(session)

@@ -5,10 +5,12 @@ configuration, its plugins, the conftest, the collection of the kata's tests. Th
 same for every grade of a kata, and the maintainers' suite grades each kata's 10 to 40
 mutants one after the other. A template is a judging process that has done all of it and
 waits at the end of its collection (plugin.pytest_collection_finish, --template). For each
-grade the engine sends it, it forks a copy of itself, which takes the grade's options and
-its own output and starts at its first test; and it is that copy's watcher (a subreaper,
+grade the engine sends it, it takes the grade's options and forks a copy of itself, which
+takes its own output and starts at its first test. The template is that copy's fork server
+of kata processes (its zygote: judge.remote.zygote), and its watcher (a subreaper,
 isolation.report_end): when the copy ends, it clears everything the grade left behind and
-tells the engine how the copy ended. So a grade costs no process of its own to watch it.
+tells the engine how the copy ended. So a grade costs two forks: its judging process and
+its kata process.
 
 A template runs no kata code (its copies do, in kata processes of their own): the judge's
 code only, on no kata file. It is the engine's child, in a session of its own, and dies
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import json
 import os
 import select
@@ -28,6 +31,7 @@ import socket
 import struct
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from judge.isolation import (
@@ -41,6 +45,7 @@ from judge.isolation import (
     run_to_exit,
     thread_count,
 )
+from judge.limits import apply_limits
 
 READY_SECONDS = 60.0  # how long a new template may take to configure and collect before its first grade
 _PID = struct.Struct("<i")
@@ -127,11 +132,15 @@ def _template(args: list[str], sock: int, output: int, cwd: Path, env: dict) -> 
     run_to_exit(lambda: pytest.main(args))
 
 
-def wait_for_grades(sock_fd: int) -> dict:
-    """In the template, its tests collected: for each request on `sock_fd`, fork a grade and
+def wait_for_grades(sock_fd: int, device: str, take: Callable[[dict], None]):
+    """In the template, its tests collected: for each request on `sock_fd`, `take` the grade's
+    option values, fork the grade, fork the kata processes it asks for (its zygote), and
     watch it to its end; leave when the engine lets go. Returns only in a grade's judging
-    process: its request's options, with every descriptor that was the template's output now
-    the grade's log."""
+    process: its zygote (this template, judge.remote.zygote.Zygote), with every descriptor
+    that was the template's output now the grade's log."""
+    from judge.remote.wire import ChannelClosed  # torch's: in the template only, never the commands'
+    from judge.remote.zygote import Zygote, serve_forks
+
     sock = socket.socket(fileno=sock_fd)
     own_output = _identity(1)
     while True:
@@ -154,22 +163,52 @@ def wait_for_grades(sock_fd: int) -> dict:
             os.close(report)
             sock.send(_PID.pack(0))
             continue
+        take(request["options"])
         sys.stdout.flush()
         sys.stderr.flush()
+        forks, judge_end = socket.socketpair()
         grade = os.fork()
         if grade == 0:
             try:
                 sock.close()
+                forks.close()
                 enter_kata(Path(request["cwd"]), request["env"], log_fd, report)
                 _repoint(own_output, 1)  # pytest's and faulthandler's copies of the output
             except BaseException:  # noqa: BLE001 - no kata code ran: the engine sees a crash
                 os._exit(70)
-            return request["options"]
-        os.close(log_fd)
+            return Zygote.served_by(judge_end, os.getppid())
+        judge_end.close()
+        with contextlib.suppress(OSError):
+            os.setpgid(grade, grade)  # as the grade does itself: its kata processes join its group
         sock.send(_PID.pack(grade))
+        with contextlib.suppress(OSError, ChannelClosed):  # until the grade closes its end (it ended)
+            serve_forks(forks, functools.partial(_enter_kata_process, grade, request, log_fd, device))
+        forks.close()
+        os.close(log_fd)
         with contextlib.suppress(OSError):  # the engine stopped listening: the next grade is another's
             report_end(grade, report)
         os.close(report)
+
+
+def _enter_kata_process(grade: int, request: dict, log_fd: int, device: str, sock: socket.socket) -> None:
+    """A kata process forked here for `grade`, set up as one forked from the grade's own zygote
+    would be: in the grade's process group (a kill of the grade's group ends it), output to
+    the grade's log, nothing else open, the grade's variables, folder, temporary files'
+    folder and limits."""
+    os.setpgid(0, grade)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    for fd in map(int, os.listdir("/proc/self/fd")):
+        if fd not in (0, 1, 2, sock.fileno()):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    options = request["options"]
+    if options.get("results"):
+        tempfile.tempdir = str(Path(options["results"]).parent)
+    apply_limits(options["memory_limit_mb"], options["output_limit_mb"], device)
 
 
 def _identity(fd: int) -> tuple[int, int] | None:

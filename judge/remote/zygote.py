@@ -3,9 +3,10 @@ tensor operation (a fork after torch has started its threads can hang), so each 
 process starts warm, in a few milliseconds, and holds nothing of the judge's later state.
 
 It closes every file descriptor it inherited but its socket and the standard streams, so
-no kata process holds the judge's results file. It answers two requests: fork (a new kata
-process, whose end of a fresh socket pair it hands to the judge) and status (how one of
-its kata processes ended, once it has).
+no kata process holds the judge's results file. It answers three requests (serve_forks):
+fork (a new kata process, whose end of a fresh socket pair it hands to the judge), ping,
+and status (how one of its kata processes ended, once it has). A template
+(judge.templates) answers the same for the grades it forks: it is their zygote.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import socket
 import struct
 import traceback
+from collections.abc import Callable
 
 from judge.remote.wire import ChannelClosed, dump_request, load_request, recv_frame, send_frame
 
@@ -32,6 +34,14 @@ class Zygote:
             _main(theirs, stderr)
         theirs.close()
         self.sock, self.pid = mine, pid
+
+    @classmethod
+    def served_by(cls, sock: socket.socket, pid: int) -> Zygote:
+        """The judge's end of a fork server that already runs: process `pid` (a template, which
+        forks its grades' kata processes: judge.templates), at the other end of `sock`."""
+        zygote = cls.__new__(cls)
+        zygote.sock, zygote.pid = sock, pid
+        return zygote
 
     def spawn(self) -> tuple[socket.socket, int]:
         """A new kata process: (the judge's socket to it, its pid)."""
@@ -75,47 +85,63 @@ def _main(sock: socket.socket, stderr: int | None) -> None:
                     os.close(fd)
                 except OSError:
                     pass
-        ended: dict[int, int] = {}  # kata processes reaped so far -> their wait status
-        while True:
-            try:
-                request = load_request(recv_frame(sock))
-            except ChannelClosed:
-                break
-            _reap(ended)
-            if request["op"] == "fork":
-                judge_end, kata_end = socket.socketpair()
-                pid = os.fork()
-                if pid == 0:
-                    sock.close()
-                    judge_end.close()
-                    _serve(kata_end)
-                kata_end.close()
-                socket.send_fds(sock, [str(pid).encode()], [judge_end.fileno()])
-                judge_end.close()
-            elif request["op"] == "ping":
-                send_frame(sock, b"pong")
-            elif request["op"] == "status":
-                status = ended.pop(request["pid"], None)
-                if status is None:
-                    try:
-                        _, status = os.waitpid(request["pid"], 0)
-                    except ChildProcessError:
-                        status = -1
-                send_frame(sock, _STATUS.pack(request["pid"], status))
+        serve_forks(sock)
     finally:
         os._exit(0)
 
 
-def _reap(ended: dict[int, int]) -> None:
-    """Collect the kata processes that have ended (no zombies pile up over a long run)."""
+def serve_forks(sock: socket.socket, enter: Callable[[socket.socket], None] | None = None) -> None:
+    """Answer the judge's requests on `sock` until it closes its end: fork (a kata process, set
+    up by `enter(its socket)` first where given), ping, status (how one of them ended)."""
+    ended: dict[int, int] = {}  # kata processes reaped so far -> their wait status
+    forked: set[int] = set()
     while True:
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            request = load_request(recv_frame(sock))
+        except ChannelClosed:
+            return
+        _reap(ended, forked)
+        if request["op"] == "fork":
+            judge_end, kata_end = socket.socketpair()
+            pid = os.fork()
+            if pid == 0:
+                sock.close()
+                judge_end.close()
+                if enter is not None:
+                    try:
+                        enter(kata_end)
+                    except BaseException:  # noqa: BLE001 - the judge sees the socket close
+                        os._exit(70)
+                _serve(kata_end)
+            forked.add(pid)
+            kata_end.close()
+            socket.send_fds(sock, [str(pid).encode()], [judge_end.fileno()])
+            judge_end.close()
+        elif request["op"] == "ping":
+            send_frame(sock, b"pong")
+        elif request["op"] == "status":
+            status = ended.pop(request["pid"], None)
+            if status is None and request["pid"] in forked:
+                try:
+                    _, status = os.waitpid(request["pid"], 0)
+                except ChildProcessError:
+                    status = None
+                forked.discard(request["pid"])
+            send_frame(sock, _STATUS.pack(request["pid"], -1 if status is None else status))
+
+
+def _reap(ended: dict[int, int], forked: set[int]) -> None:
+    """Collect the kata processes that have ended (no zombies pile up over a long run): only
+    those forked here (a template's other children are its grade's, which it reaps itself)."""
+    for pid in list(forked):
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        ended[pid] = status
+            forked.discard(pid)
+            continue
+        if done:
+            forked.discard(pid)
+            ended[pid] = status
 
 
 def _serve(sock: socket.socket) -> None:
