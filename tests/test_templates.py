@@ -72,11 +72,12 @@ def causal_mask(seq_len, *, device=None):
 """
 
 GRADES = textwrap.dedent("""
-    import json, os, signal, sys
+    import json, os, signal, sys, tempfile
     from pathlib import Path
     sys.path.insert(0, sys.argv[1])
     from judge.engines import ForkEngine
     from judge.limits import Limits
+    tempfile.tempdir = sys.argv[4]  # what this process and its forks make: an empty folder's
     engine, out = ForkEngine(device="cpu"), {}
 
     def grade(label, kata, path, test_timeout):
@@ -93,6 +94,7 @@ GRADES = textwrap.dedent("""
     grade("after the template was killed", "causal_mask", solution, 20)
     out["templates"] = [t.pid for t in engine.templates.values()]
     out["killed"], out["refused"] = template.pid, len(engine.untemplated)
+    out["left behind"] = os.listdir(sys.argv[4])
     print(json.dumps(out))
 """)
 
@@ -101,15 +103,19 @@ def test_grades_from_one_template_share_nothing_and_a_killed_template_is_replace
     """Two grades of causal_mask in a row from the same template: the first prints, then hangs
     in the same test until it is stopped (what it printed was in pytest's capture file when it
     was killed); the second prints and passes, and shows only its own print. Then the template
-    is killed, and the next grade is still judged, by a new one."""
+    is killed, and the next grade is still judged, by a new one. No grade leaves a temporary
+    folder behind (theirs and their kata processes' are in the grade's own folder)."""
     first, second = tmp_path / "first" / "causal_mask.py", tmp_path / "second" / "causal_mask.py"
     for path, text in ((first, PRINTS_THEN_HANGS), (second, PRINTS_AND_PASSES)):
         path.parent.mkdir()
         path.write_text(text)
-    out = run_script(GRADES, str(first), str(second))
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    out = run_script(GRADES, str(first), str(second), str(temporary))
     assert out["first"][0] == "timeout", out["first"]
     status, _, printed = out["second"]
     assert status == "pass" and "the second grade" in printed, out["second"]
     assert "MARKER" not in json.dumps(out["second"]), out["second"]
     assert out["after the template was killed"][0] == "pass", out["after the template was killed"]
     assert len(out["templates"]) == 1 and out["templates"][0] != out["killed"] and out["refused"] == 0, out
+    assert out["left behind"] == [], out["left behind"]
