@@ -100,7 +100,7 @@ class Template:
         return len(answer) == _PID.size and _PID.unpack(answer)[0] > 0
 
     def close(self) -> None:
-        """End the template (a grade it started goes on, below its watcher)."""
+        """End the template: between two grades (it is the watcher of the grade under way)."""
         self.sock.close()
         with contextlib.suppress(OSError):
             os.kill(self.pid, signal.SIGKILL)
