@@ -113,18 +113,11 @@ class Clock:
 
 
 def supervise(
-    watcher: int,
-    kata: int,
-    report: int,
-    *,
-    time_limit: float,
-    test_timeout: float | None,
-    events: Path | None,
-    reap: bool = True,
+    watcher: int, kata: int, report: int, *, time_limit: float, test_timeout: float | None, events: Path | None
 ) -> ProcessEnd:
-    """Wait for the watcher `watcher` (our child, reaped here if `reap`; 0: a template,
-    judge.templates) to report how the kata process `kata` ended, under the limits (see
-    Clock); past them, kill the kata's group and let the watcher clear the rest."""
+    """Wait for the watcher `watcher` (our child; 0: a template, judge.templates, which reaps
+    it) to report how the kata process `kata` ended, under the limits (see Clock); past them,
+    kill the kata's group and let the watcher clear the rest."""
     run = Clock(time.monotonic(), [])  # the whole run: extended by the tests' waits
     waited_in_tests = 0.0  # CPU waits of the tests that ended
     tail = EventTail(events) if events is not None and test_timeout else None
@@ -160,7 +153,7 @@ def supervise(
         kill_group(kata)  # the watcher's sweep normally leaves nothing; this covers its death
         kill_group(watcher)
         os.close(report)
-        if reap:
+        if watcher > 0:
             os.waitpid(watcher, 0)
     if killed:
         return ProcessEnd(None, timed_out, overran, importing, waited=waited)
@@ -339,14 +332,13 @@ def _watch(target: Callable[[], int], cwd: Path, env: dict, log_fd: int, report:
 
 @dataclass(frozen=True)
 class Started:
-    """A kata process under way: its watcher (0: a template watches it, judge.templates), its
-    pid (None: the watcher died before it began, so no kata code ran) and the watcher's pipe,
-    which will carry its exit status. `reap`: the watcher is our child, to be reaped."""
+    """A kata process under way: its watcher (our child; 0: a template watches it,
+    judge.templates), its pid (None: the watcher died before it began, so no kata code ran)
+    and the watcher's pipe, which will carry its exit status."""
 
     watcher: int
     kata: int | None
     report: int
-    reap: bool = True
 
 
 def start_forked(
@@ -387,13 +379,7 @@ def finish(
     if started.kata is None:
         return ProcessEnd(None, orphaned=True)
     return supervise(
-        started.watcher,
-        started.kata,
-        started.report,
-        time_limit=time_limit,
-        test_timeout=test_timeout,
-        events=events,
-        reap=started.reap,
+        started.watcher, started.kata, started.report, time_limit=time_limit, test_timeout=test_timeout, events=events
     )
 
 

@@ -90,7 +90,7 @@ class Template:
             os.close(read_end)
             return None
         self.ready = True
-        return Started(0, kata, read_end, reap=False)  # the template watches: no watcher of ours
+        return Started(0, kata, read_end)  # the template watches: no watcher of ours
 
     def _answer(self, timeout: float) -> bool:
         """Whether the template says it started the grade (False: it refused, is gone, or is silent)."""
