@@ -195,13 +195,12 @@ def _enter_kata_process(grade: int, request: dict, log_fd: int, device: str, soc
     would be: in the grade's process group (a kill of the grade's group ends it), output to
     the grade's log, nothing else open, the grade's variables, folder, temporary files'
     folder and limits."""
+    from judge.remote.zygote import close_all_but
+
     os.setpgid(0, grade)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
-    for fd in map(int, os.listdir("/proc/self/fd")):
-        if fd not in (0, 1, 2, sock.fileno()):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+    close_all_but({0, 1, 2, sock.fileno()})
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])

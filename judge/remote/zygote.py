@@ -78,16 +78,21 @@ def _main(sock: socket.socket, stderr: int | None) -> None:
     try:
         if stderr is not None:
             os.dup2(stderr, 2)
-        keep = {0, 1, 2, sock.fileno()}
-        for fd in map(int, os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else range(3, 256):
-            if fd not in keep:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+        close_all_but({0, 1, 2, sock.fileno()})
         serve_forks(sock)
     finally:
         os._exit(0)
+
+
+def close_all_but(keep: set[int]) -> None:
+    """Close every file descriptor of this process but `keep`: a kata process holds nothing of
+    the judge's (its results file, its pipes)."""
+    for fd in map(int, os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else range(3, 256):
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 def serve_forks(sock: socket.socket, enter: Callable[[socket.socket], None] | None = None) -> None:
