@@ -332,6 +332,17 @@ class ProcessEngine:
         return start_process(command, cwd=ROOT, env=kata_env(self.threads, self.env), log_path=log, close=close)
 
 
+def _import_tests(*names: str) -> None:
+    """Import these modules of tests/ (the conftest, a kata's test modules) by the names
+    pytest's prepend import mode gives them."""
+    from judge.paths import TESTS
+
+    if str(TESTS) not in sys.path:
+        sys.path.insert(0, str(TESTS))
+    for name in names:
+        importlib.import_module(name)
+
+
 TEMPLATES_KEPT = 2  # templates a fork engine keeps, the last used: grades come a kata after another
 
 
@@ -367,11 +378,7 @@ class ForkEngine(ProcessEngine):
                 importlib.import_module(f"_pytest.{plugin}")
             import pdb  # noqa: F401 - what the debugging plugin imports at each configure
 
-            from judge.paths import TESTS
-
-            if str(TESTS) not in sys.path:
-                sys.path.insert(0, str(TESTS))  # as pytest's prepend import mode does
-            importlib.import_module("conftest")  # the tests' conftest, compiled here once, not by every grade
+            _import_tests("conftest")  # the tests' conftest, compiled here once, not by every grade
         # Objects that exist now are never collected in a child: without this, pytest's
         # gc.collect() at exit walks (and copies, page by page) torch's whole heap: 1.5 s.
         gc.collect()
@@ -388,15 +395,12 @@ class ForkEngine(ProcessEngine):
             return
         self.warmed.add(kata)
         with contextlib.suppress(Exception):
-            from judge.paths import TESTS, test_file
+            from judge.paths import test_file
             from judge.testing.diagnosis import slips
 
-            if str(TESTS) not in sys.path:
-                sys.path.insert(0, str(TESTS))  # as pytest's prepend import mode does
             where = test_file(kata)
             names = [f"{kata}.{p.stem}" for p in sorted(where.glob("test_*.py"))] if where.is_dir() else [where.stem]
-            for name in names:
-                importlib.import_module(name)
+            _import_tests(*names)
             slips(kata)
         gc.freeze()  # what was made now is never collected in a child either
 
