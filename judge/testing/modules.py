@@ -326,6 +326,12 @@ SDPA_NAN_HINT = (
 )
 
 
+def rows_of(defined: torch.Tensor, what: str) -> torch.Tensor:
+    """The defined rows [B, L] shaped to select in a result: [B, L, 1], or [B, 1, L, 1] for the
+    attention weights [B, H, L, S]."""
+    return defined[:, None, :, None] if what == "weights" else defined[:, :, None]
+
+
 def assert_close_where_defined(
     actual, expected: torch.Tensor, defined, *, call: str, what: str, tolerances: Mapping, nan_hint: str = NN_NAN_HINT
 ) -> None:
@@ -337,8 +343,7 @@ def assert_close_where_defined(
     tolerance = tolerances[expected.dtype]
     project = None
     if defined is not None and not bool(defined.all()):
-        keep = defined.to(expected.device)
-        keep = keep[:, None, :, None] if what == "weights" else keep[:, :, None]
+        keep = rows_of(defined, what).to(expected.device)
         zero = torch.zeros((), dtype=expected.dtype, device=expected.device)
 
         def project(value):
@@ -604,8 +609,7 @@ def as_far_as_pytorch(
             continue
         error = (got.double() - expected).abs() / (tolerance["atol"] + tolerance["rtol"] * expected.abs())
         if defined is not None:
-            keep = defined[:, None, :, None] if what == "weights" else defined[:, :, None]
-            error = torch.where(keep, error, torch.zeros((), dtype=error.dtype))
+            error = torch.where(rows_of(defined, what), error, torch.zeros((), dtype=error.dtype))
         used = max(used, float(torch.nan_to_num(error, nan=0.0).max()) if error.numel() else 0.0)
     scale = HONEST_FACTOR * used
     if scale <= 1:
