@@ -202,7 +202,7 @@ def rank_share(c, full: dict, rank: int) -> dict:
         want["output"] = own(full["output"], rank, world)
     if c["kind"] == "row" and c["split"]:
         want["x grad"] = own(full["x grad"], rank, world)
-    for name in ("up", "down") if c["kind"] == "mlp" else ("layer",):
+    for name in [key.removesuffix(" weight grad") for key in full if key.endswith(" weight grad")]:
         by_rows = name == "up" or (name == "layer" and c["kind"] == "column")
         weight_grad, bias_grad = full[f"{name} weight grad"], full[f"{name} bias grad"]
         want[f"{name} weight grad"] = own(weight_grad.T, rank, world).T if by_rows else own(weight_grad, rank, world)
