@@ -13,6 +13,7 @@ grade.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -164,12 +165,15 @@ def grade_all(
     env: dict | None = None,
     shards: int = 1,
     spare: Spare | None = None,
+    slots: threading.Semaphore | None = None,
 ) -> list[KataResult]:
     """Grade the jobs, `workers` at a time, results in the jobs' order, each grade's tests in
     `shards` judging processes (engines.default_shards). progress(event, name) is told "start"
     and "done" for each kata, and on_result(index, result) each verdict as soon as it is known,
     from the worker threads (one at a time). `env`: variables set for the grades (the test
-    suite's switches), over this process's. `spare`: gets a fork server left running (Spare)."""
+    suite's switches), over this process's. `spare`: gets a fork server left running (Spare).
+    `slots`: each grade, with the start of the fork server it needs, holds one while it runs,
+    so callers that share them across several grade_all calls bound how many run at once."""
     # ignore_cleanup_errors: a caller that exits mid-grade (pytest -x with the suite's pool)
     # leaves the servers writing there; the folder is theirs to finish, not an error
     language = kata_env(None, env).get("KATAS_LANG")
@@ -193,6 +197,7 @@ def grade_all(
             env=env,
             shards=shards,
             spare=spare,
+            slots=slots,
         )
     return [shown(index, result) for index, result in enumerate(results)]
 
@@ -230,6 +235,7 @@ def _grade_copies(
     env: dict | None = None,
     shards: int = 1,
     spare: Spare | None = None,
+    slots: threading.Semaphore | None = None,
 ) -> list[KataResult]:
     if not jobs:
         return []
@@ -246,11 +252,14 @@ def _grade_copies(
             return pending.pop(0) if pending else None
 
     def work() -> None:
-        server = _start(device, limits, threads, env, shards) if fork else None
+        server = None
+        started = not fork  # the fork server starts with the first grade, in its slot
         fresh = ProcessEngine(device=device, limits=limits, threads=threads, env=env, shards=shards)
 
         def grade_one(job: Job) -> KataResult:
-            nonlocal server
+            nonlocal server, started
+            if not started:
+                server, started = _start(device, limits, threads, env, shards), True
             if server is not None:
                 try:
                     return server.grade(job, seed)
@@ -272,7 +281,8 @@ def _grade_copies(
             while (item := next_job()) is not None:
                 index, job = item
                 tell("start", job.name)
-                results[index] = grade_one(job)
+                with slots or contextlib.nullcontext():
+                    results[index] = grade_one(job)
                 tell("done", job.name)
                 if on_result is not None:
                     with lock_results:

@@ -38,6 +38,11 @@ class Pool:
         self.results: dict[str, dict[str, KataResult]] = {}
         self.ready: dict[str, threading.Event] = {}
         self.failed: dict[str, BaseException] = {}
+        # How many grades run at once, all lanes together: a core each, less the one this
+        # process's own tests use until they are done and it waits for verdicts (widen).
+        self.slots = threading.Semaphore(max(1, default_workers() - 1))
+        self.widened = False
+        self.lock = threading.Lock()
 
     def add(self, batch: Batch) -> None:
         self.batches[batch.name] = batch
@@ -61,10 +66,11 @@ class Pool:
         servers of its own. At once, so that one lane's waits (a file that sleeps to its limit,
         a fresh process importing torch, the last grades of a lane) leave no core idle: the
         limits count CPU time, or wall-clock time less the waits for a CPU, so a busy machine
-        fails no grade. The largest lane gets a worker a core, the others one worker each: this
-        process runs the other tests meanwhile, and every process more than the cores costs CPU
-        (measured on 2 cores, the whole suite: with 7 workers in all, the grades took 29% more
-        CPU time beside this process's tests than alone)."""
+        fails no grade. The largest lane gets a worker a core, the others one worker each, and
+        all of them share the pool's slots: a core each, less the one this process's own tests
+        use until they are done (widen). Every process more than the cores costs CPU (measured
+        on 2 cores, the whole suite: with 7 workers in all, the grades took 29% more CPU time
+        beside this process's tests than alone)."""
         lanes: dict[tuple, list[Batch]] = {}
         for batch in order:
             lanes.setdefault((batch.fork, batch.env.get("KATAS_LANG")), []).append(batch)
@@ -108,6 +114,7 @@ class Pool:
                 fork=fork,
                 on_result=done,
                 env=environment,
+                slots=self.slots,
             )
         except BaseException as error:  # noqa: BLE001 - the tests that read it report it
             for batch in batches:
@@ -115,7 +122,15 @@ class Pool:
                     self.failed[batch.name] = error
                     self.ready[batch.name].set()
 
+    def widen(self) -> None:
+        """This process's own tests are done: its core grades too."""
+        with self.lock:
+            if not self.widened:
+                self.widened = True
+                self.slots.release()
+
     def verdict(self, batch: str, key: str) -> KataResult:
+        self.widen()
         self.ready[batch].wait()
         if batch in self.failed:
             raise RuntimeError(f"grading the batch {batch!r} failed: {self.failed[batch]!r}")
