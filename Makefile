@@ -34,12 +34,15 @@ help: ## list the targets
 
 setup: $(SETUP) ## create .venv with the pinned dependencies (done automatically)
 
+# pip compiles no module (--no-compile); judge.warm then compiles those grading imports: most of
+# torch's and sympy's are never imported (set-up here: 28 s -> 22 s).
 $(VENV)/.installed: requirements.txt
 	@$(BASE_PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
 		|| { echo "$(SAY_OLD_PYTHON)"; exit 1; }
 	@echo "$(SAY_SETTING_UP)"
 	@$(BASE_PYTHON) -m venv $(VENV)
-	@$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt $(PIP_ARGS)
+	@$(VENV)/bin/python -m pip install --quiet --no-compile --disable-pip-version-check -r requirements.txt $(PIP_ARGS)
+	@$(VENV)/bin/python -m judge.warm
 	@touch $@
 
 check-python:
