@@ -6,9 +6,12 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
+from judge import scheduling
 from judge.catalog import kata_names, kata_table, load_catalog
 from judge.engines import ProcessEngine
 from judge.learning import load_paths
@@ -79,6 +82,49 @@ def test_a_job_asks_the_fork_server_for_its_own_seed_limits_and_variables():
     with pytest.raises(ValueError, match="KATAS_LANG"):  # the server's modules keep its language
         zh = Job("causal_mask", ROOT / "x.py", env={"KATAS_LANG": "zh"})
         grade_all([zh], seed=1, device="cpu", limits=Limits(), workers=1, fork=True, env={"KATAS_LANG": "en"})
+
+
+def test_grade_alls_that_share_slots_never_grade_more_at_once_than_the_slots(monkeypatch, tmp_path):
+    """The suite's pool runs a grade_all a lane, all of them in one set of slots: a grade, with
+    the start of its fork server, holds a slot while it runs. Here two grade_alls of two workers
+    each, in fresh processes (a stand-in engine that records how many grade at once)."""
+    running, most, lock = [0], [0], threading.Lock()
+
+    class Recording:
+        def __init__(self, **_):
+            pass
+
+        def grade(self, name, path, seed, *, first_failure=False):
+            with lock:
+                running[0] += 1
+                most[0] = max(most[0], running[0])
+            time.sleep(0.02)
+            with lock:
+                running[0] -= 1
+            return KataResult(name, Status.PASS, 1.0, 1, 1, "")
+
+    monkeypatch.setattr(scheduling, "ProcessEngine", Recording)
+    (tmp_path / "causal_mask.py").write_text("")
+    jobs = [Job("causal_mask", tmp_path / "causal_mask.py")] * 4
+
+    def both(slots):
+        most[0] = 0
+        lanes = [
+            threading.Thread(
+                target=grade_all,
+                args=(jobs,),
+                kwargs={"seed": 1, "device": "cpu", "limits": Limits(), "workers": 2, "fork": False, "slots": slots},
+            )
+            for _ in range(2)
+        ]
+        for lane in lanes:
+            lane.start()
+        for lane in lanes:
+            lane.join()
+        return most[0]
+
+    assert both(threading.Semaphore(1)) == 1
+    assert both(None) > 1  # without slots, the four workers overlap
 
 
 @pytest.mark.timeout(300)
