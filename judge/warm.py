@@ -52,7 +52,16 @@ def warm_up() -> None:
 
 # Packages whose modules grading imports later, one at a time (pytest's plugins at each
 # judging process's start, torch.distributed's in the distributed katas): compiled whole.
-IMPORTED_LATER = ("_pytest", "pytest", "pluggy", "torch/distributed", "torch/profiler", "torch/nn", "torch/optim")
+IMPORTED_LATER = (
+    "_pytest",
+    "pytest",
+    "pluggy",
+    "pytest_timeout.py",
+    "torch/distributed",
+    "torch/profiler",
+    "torch/nn",
+    "torch/optim",
+)
 
 
 def compile_installed() -> None:
@@ -70,6 +79,8 @@ def compile_installed() -> None:
     for package in IMPORTED_LATER:
         if (installed / package).is_dir():
             compileall.compile_dir(installed / package, quiet=2)
+        elif (installed / package).is_file():
+            compileall.compile_file(installed / package, quiet=2)
 
 
 if __name__ == "__main__":

@@ -3,11 +3,14 @@ and the case tables every kata spec declares."""
 
 import ast
 import importlib
+import importlib.util
 import math
 import random
 import re
 import subprocess
 import sys
+import sysconfig
+from pathlib import Path
 
 import pytest
 
@@ -315,3 +318,19 @@ def test_the_sandbox_probe_names_every_wall_and_why_one_is_down():
     found = probe()
     assert set(found) == set(WHAT_EACH_WALL_GUARANTEES), found
     assert all(state == "up" or state.strip() for state in found.values()), found
+
+
+@pytest.mark.skipif(sys.prefix != str(ROOT / ".venv"), reason="checks the .venv that make setup creates")
+def test_set_up_compiled_every_installed_module_grading_has_imported():
+    """make setup installs without compiling, then compiles what grading imports (judge.warm):
+    a module it missed is compiled from source by every process that imports it (grading
+    processes write no bytecode). By now this process has imported what the kata tests do."""
+    installed = Path(sysconfig.get_paths()["purelib"])
+    missed = sorted(
+        str(source.relative_to(installed))
+        for module in list(sys.modules.values())
+        if (source := Path(getattr(module, "__file__", None) or "/")).suffix == ".py"
+        and installed in source.parents
+        and not Path(importlib.util.cache_from_source(str(source))).exists()
+    )
+    assert not missed, f"not compiled at set-up (add their package to judge.warm.IMPORTED_LATER): {missed}"
