@@ -60,7 +60,7 @@ grade: $(SETUP) ## grade every kata under katas/ (ARGS="--impl solutions" etc.) 
 check: $(SETUP) ## grade one kata: make check KATA=causal_mask [SEED=n]
 	@$(GRADER) --kata "$(KATA)" $(SEED_ARG) $(ARGS) || { status=$$?; test $$status -eq 1 || exit $$status; }
 
-test: $(SETUP) ## (maintainers) the whole suite, about 5 min: solutions pass, stubs are todo, mutants are rejected
+test: $(SETUP) ## (maintainers) the whole suite, 4-5 min: solutions pass, stubs are todo, mutants are rejected
 	@KATAS_LANG=en $(PYTHON) -m pytest tests --impl solutions $(ARGS)
 
 stubs: $(SETUP) ## (maintainers) regenerate katas/ from solutions/ where the stub is untouched

@@ -400,8 +400,8 @@ ZH: dict[str, str] = {
         '评测 katas/ 下的所有题目（ARGS="--impl solutions" 等）[SEED=n]'
     ),
     "grade one kata: make check KATA=causal_mask [SEED=n]": "评测一道题：make check KATA=causal_mask [SEED=n]",
-    "(maintainers) the whole suite, about 5 min: solutions pass, stubs are todo, mutants are rejected": (
-        "（维护者）完整测试集，约 5 分钟：参考解通过、桩文件为 todo、变异体被拒绝"
+    "(maintainers) the whole suite, 4-5 min: solutions pass, stubs are todo, mutants are rejected": (
+        "（维护者）完整测试集，4 到 5 分钟：参考解通过、桩文件为 todo、变异体被拒绝"
     ),
     "(maintainers) regenerate katas/ from solutions/ where the stub is untouched": (
         "（维护者）在桩文件未被改动处，由 solutions/ 重新生成 katas/"
