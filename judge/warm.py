@@ -71,16 +71,21 @@ def compile_installed() -> None:
     bytecode (PYTHONDONTWRITEBYTECODE), so a module left out is compiled from its source by
     each process that imports it: slower, never wrong."""
     warm_up()
+    for source in imported_from_installed():
+        compileall.compile_file(source, quiet=2)
     installed = Path(sysconfig.get_paths()["purelib"])
-    for module in list(sys.modules.values()):
-        source = Path(getattr(module, "__file__", None) or "/")
-        if source.suffix == ".py" and installed in source.parents:
-            compileall.compile_file(source, quiet=2)
     for package in IMPORTED_LATER:
         if (installed / package).is_dir():
             compileall.compile_dir(installed / package, quiet=2)
         elif (installed / package).is_file():
             compileall.compile_file(installed / package, quiet=2)
+
+
+def imported_from_installed() -> list[Path]:
+    """The source files of the modules this process has imported from the installed packages."""
+    installed = Path(sysconfig.get_paths()["purelib"])
+    sources = (Path(getattr(module, "__file__", None) or "/") for module in list(sys.modules.values()))
+    return [source for source in sources if source.suffix == ".py" and installed in source.parents]
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ import random
 import re
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from judge.paths import test_file as where_tests_are  # not collected as a test
 from judge.stubs import StubError, make_stub
 from judge.testing.attention import SCALE_FACTORS, relative_scale
 from judge.testing.tiers import MARKER, TIERS
+from judge.warm import imported_from_installed
 
 CATALOG = kata_names(load_catalog())
 PROJECT = [*sorted((ROOT / "judge").rglob("*.py")), ROOT / "grader.py", ROOT / "practice.py"]
@@ -325,12 +325,9 @@ def test_set_up_compiled_every_installed_module_grading_has_imported():
     """make setup installs without compiling, then compiles what grading imports (judge.warm):
     a module it missed is compiled from source by every process that imports it (grading
     processes write no bytecode). By now this process has imported what the kata tests do."""
-    installed = Path(sysconfig.get_paths()["purelib"])
     missed = sorted(
-        str(source.relative_to(installed))
-        for module in list(sys.modules.values())
-        if (source := Path(getattr(module, "__file__", None) or "/")).suffix == ".py"
-        and installed in source.parents
-        and not Path(importlib.util.cache_from_source(str(source))).exists()
+        str(source)
+        for source in imported_from_installed()
+        if not Path(importlib.util.cache_from_source(str(source))).exists()
     )
     assert not missed, f"not compiled at set-up (add their package to judge.warm.IMPORTED_LATER): {missed}"
