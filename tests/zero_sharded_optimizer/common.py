@@ -425,17 +425,23 @@ def reference_trace(story) -> tuple[dict, dict, dict]:
 # --------------------------------------------------------------------------- playing the worlds
 
 
+PLAYED: dict = {}  # (kata, seed, cases, world size) -> each rank's answers: the worlds played so far
+
+
 def play(kata, cases: list, seed: int):
     """(case, its story, [each rank's trace]) for every case, in the table's order: one world
     per world size. A world that raises (the kata's own error) is played again story by story
     when its cases' turn comes, so the error is told at the case that raises it alone, after the
-    cases before it in the table, and diagnosed there."""
+    cases before it in the table, and diagnosed there. A world that answered is kept (PLAYED):
+    the core tests judge the same table from the same seed, its worlds played once a grade."""
     prepared = [(case, story_of(case, seed + n)) for n, case in enumerate(cases)]
     traces, failed = {}, {}
     for world in dict.fromkeys(case["world"] for case in cases):
         mine = [(case, story) for case, story in prepared if case["world"] == world]
+        key = (id(kata), seed, repr([dict(case) for case in cases]), world)
         try:
-            answers = trained(kata, world, [story for _, story in mine])
+            answers = PLAYED.get(key) or trained(kata, world, [story for _, story in mine])
+            PLAYED[key] = answers
         except Exception as error:
             if getattr(error, "kata_error", (None,))[0] != ErrorKind.RAISED:
                 raise  # the stub, a refusal, a deadlock: plain as it is
