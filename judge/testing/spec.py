@@ -52,7 +52,7 @@ class Case(Mapping):
         return Case(self.desc, {**self.sizes, **other}, self.edge, self.zh)
 
     def __str__(self) -> str:
-        shown = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
+        shown = ", ".join(f"{k}={_value(v)}" for k, v in self.sizes.items())
         desc = pick(self.desc, self.zh)
         if self.edge:
             return tr("edge case '{desc}' ({sizes})", desc=desc, sizes=shown)
@@ -61,6 +61,12 @@ class Case(Mapping):
     def judged(self):
         """Context manager: a failing check inside names this case first."""
         return _Judged(self)
+
+
+def _value(value) -> str:
+    """A size as a failure shows it: a value given in words (kind="draft equals target") is the
+    test's own key, code in either language, so it is quoted as code (`draft equals target`)."""
+    return f"`{value}`" if isinstance(value, str) and " " in value else str(value)
 
 
 class _Judged:
