@@ -25,7 +25,7 @@ EXPECTED = {  # <kata>/<file> -> {the name of each test it fails: words its mess
     "llama_block/hf_llama_decoder_layer": {FLOAT64: "float64"},
     "rotary_embedding/meta_llama_complex": {
         FLOAT64: "float64",
-        "x may have a strided last dimension": "x=last dim strided",  # the case it raised in
+        "x may have a strided last dimension": "x=`last dim strided`",  # the case it raised in
     },
 }
 
