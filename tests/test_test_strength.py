@@ -85,8 +85,10 @@ def grading_plan(items, config) -> list[Batch]:
             (folder / "stubs" / f"{name}.py").write_text(make_stub(solution), encoding="utf-8")
             jobs[f"stub/{name}"] = Job(name, folder / "stubs" / f"{name}.py")
     # each kata's grades in a row (its mutants, variants, stub): a fork server keeps a template
-    # for the last two katas only (judge/templates.py), and made one per kata and kind of file
-    first = {kata: index for index, kata in enumerate(dict.fromkeys(job.name for job in jobs.values()))}
+    # for the last two katas only (judge/templates.py), and made one per kata and kind of file;
+    # the catalog's last katas first (the systems katas' worlds, the capstones' training: the
+    # longest grades), so the short ones fill both cores at the end
+    first = {kata: -index for index, kata in enumerate(CATALOG)}
     jobs = dict(sorted(jobs.items(), key=lambda item: first[item[1].name]))
     batches = [Batch("strength", jobs, LIMITS, config.kata_seed, env={"KATAS_LANG": "zh"})]
     sizes = [p["mutant_id"] for p in chosen if "mutant_id" in p]
