@@ -66,20 +66,21 @@ class Pool:
         servers of its own. At once, so that one lane's waits (a file that sleeps to its limit,
         a fresh process importing torch, the last grades of a lane) leave no core idle: the
         limits count CPU time, or wall-clock time less the waits for a CPU, so a busy machine
-        fails no grade. The largest lane gets a worker a core, the others one worker each, and
-        all of them share the pool's slots: a core each, less the one this process's own tests
-        use until they are done (widen). Every process more than the cores costs CPU (measured
-        on 2 cores, the whole suite: with 7 workers in all, the grades took 29% more CPU time
-        beside this process's tests than alone)."""
+        fails no grade. Each lane gets a worker a core (a fork lane's second fork server starts
+        with its second worker's first grade), and all of them share the pool's slots: a core
+        each, less the one this process's own tests use until they are done (widen). So the
+        lane that ends last still grades on every core (with one worker for all but the largest
+        lane, the last 30 s of a suite left a core idle). Every process more than the cores
+        costs CPU (measured on 2 cores, the whole suite: with 7 workers in all and no slots, the
+        grades took 29% more CPU time beside this process's tests than alone)."""
         lanes: dict[tuple, list[Batch]] = {}
         for batch in order:
             lanes.setdefault((batch.fork, batch.env.get("KATAS_LANG")), []).append(batch)
-        largest = max(lanes, key=lambda lane: sum(len(batch.jobs) for batch in lanes[lane]), default=None)
         threads = [
             threading.Thread(
                 target=self._grade_lane,
                 args=(batches, fork, environment | ({"KATAS_LANG": language} if language else {})),
-                kwargs={"workers": default_workers() if (fork, language) == largest else 1},
+                kwargs={"workers": default_workers()},
                 name=f"kata-pool-{'fork' if fork else 'fresh'}-{language or 'default'}",
                 daemon=True,
             )
