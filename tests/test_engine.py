@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from english_words import english_prose
 
 from judge.catalog import CatalogError, kata_names, load_catalog
 from judge.mutants import MutantError, load_mutants
@@ -242,6 +243,16 @@ def test_every_kata_declares_a_spec_with_named_edge_cases(kata):
         cases = spec.cases.cases(random.Random(seed))
         assert cases[: len(spec.cases.edges)] == list(spec.cases.edges)
         assert len(cases) > len(spec.cases.edges)
+
+
+@pytest.mark.parametrize("kata", CATALOG)
+def test_every_named_case_reads_in_chinese_without_english_prose(kata, monkeypatch):
+    """A failure at a case names it: its Chinese description, and its sizes as code (a value
+    given in words, kind="draft equals target", is quoted: judge.testing.spec). Every named
+    case, not only those a slip happens to fail first under the run's seed."""
+    monkeypatch.setenv("KATAS_LANG", "zh")
+    english = {str(case): found for case in spec_of(kata).cases.edges if (found := english_prose(str(case)))}
+    assert not english, f"{kata}: English prose in named cases shown in Chinese: {english}"
 
 
 def kata_tests(kata: str) -> dict:

@@ -436,12 +436,14 @@ def play(kata, cases: list, seed: int):
     the core tests judge the same table from the same seed, its worlds played once a grade."""
     prepared = [(case, story_of(case, seed + n)) for n, case in enumerate(cases)]
     traces, failed = {}, {}
+    table = (id(kata), seed, repr([dict(case) for case in cases]))
     for world in dict.fromkeys(case["world"] for case in cases):
         mine = [(case, story) for case, story in prepared if case["world"] == world]
-        key = (id(kata), seed, repr([dict(case) for case in cases]), world)
+        key = (*table, world)
         try:
-            answers = PLAYED.get(key) or trained(kata, world, [story for _, story in mine])
-            PLAYED[key] = answers
+            if key not in PLAYED:
+                PLAYED[key] = trained(kata, world, [story for _, story in mine])
+            answers = PLAYED[key]
         except Exception as error:
             if getattr(error, "kata_error", (None,))[0] != ErrorKind.RAISED:
                 raise  # the stub, a refusal, a deadlock: plain as it is
