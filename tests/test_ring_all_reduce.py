@@ -1,6 +1,8 @@
 """ring_all_reduce: judged on worlds of 1 to 4 ranks (gloo, forked, judge/worlds.py) against
 the float64 sum of every rank's input, and by the messages each rank sent and received."""
 
+from collections.abc import Iterator
+
 import torch
 import torch.distributed as dist
 
@@ -88,7 +90,7 @@ def reduced(kata, cases: list) -> list:
     return played
 
 
-def play(kata, cases: list, seed: int) -> list[tuple]:
+def play(kata, cases: list, seed: int) -> Iterator[tuple]:
     """(case, its inputs, [each rank's play]) for every case (each names its dtype), one world
     per world size: a world costs 0.1-0.3 s, the cases in it next to nothing."""
     prepared = [(case, inputs(case, case["dtype"], seed + n)) for n, case in enumerate(cases)]

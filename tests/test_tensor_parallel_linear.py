@@ -3,6 +3,8 @@ ranks (gloo, forked, judge/worlds.py) against the full nn.Linear (and the Megatr
 float64 from the same weights: outputs, x's gradient and each rank's slices of the weight and
 bias gradients; the MLP's collectives counted."""
 
+from collections.abc import Iterator
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -210,7 +212,7 @@ def rank_share(c, full: dict, rank: int) -> dict:
     return want
 
 
-def play(kata, cases, seed: int) -> list[tuple]:
+def play(kata, cases, seed: int) -> Iterator[tuple]:
     """(case, its weights, [each rank's play]) for every case (each names its dtype), one world
     per world size: a world costs 0.1-0.3 s, the cases in it next to nothing."""
     prepared = [(c, weights(c, seed + n)) for n, c in enumerate(cases)]

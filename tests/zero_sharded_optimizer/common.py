@@ -35,9 +35,7 @@ with warnings.catch_warnings():  # its functional optimizers are TorchScript: de
     import torch.distributed.optim  # noqa: F401 - where ZERO_SHARDING's sites live (0.5 s): loaded once, warm
 
 from judge.forbidden import ZERO_SHARDING
-from judge.language import pick
 from judge.protocol import ErrorKind
-from judge.testing.checks import Mismatch, assert_close
 from judge.testing.scenarios import world_scenario
 from judge.testing.spec import CaseTable, KataSpec, edge
 
@@ -430,36 +428,44 @@ PLAYED: dict = {}  # (kata, seed, cases, world size) -> each rank's answers: the
 
 def play(kata, cases: list, seed: int):
     """(case, its story, [each rank's trace]) for every case, in the table's order: one world
-    per world size. A world that raises (the kata's own error) is played again story by story
-    when its cases' turn comes, so the error is told at the case that raises it alone, after the
-    cases before it in the table, and diagnosed there. A world that answered is kept (PLAYED):
-    the core tests judge the same table from the same seed, its worlds played once a grade."""
+    per world size, played when the first of its cases comes (a file wrong at the first case
+    plays one world, not four). A world that raises (the kata's own error) is played again
+    story by story when its cases' turn comes, so the error is told at the case that raises it
+    alone, after the cases before it in the table, and diagnosed there. A world that answered
+    is kept (PLAYED): the core tests judge the same table from the same seed, its worlds played
+    once a grade."""
     prepared = [(case, story_of(case, seed + n)) for n, case in enumerate(cases)]
-    traces, failed = {}, {}
     table = (id(kata), seed, repr([dict(case) for case in cases]))
-    for world in dict.fromkeys(case["world"] for case in cases):
-        mine = [(case, story) for case, story in prepared if case["world"] == world]
-        key = (*table, world)
-        try:
-            if key not in PLAYED:
-                PLAYED[key] = trained(kata, world, [story for _, story in mine])
-            answers = PLAYED[key]
-        except Exception as error:
-            if getattr(error, "kata_error", (None,))[0] != ErrorKind.RAISED:
-                raise  # the stub, a refusal, a deadlock: plain as it is
-            failed[world] = (error, len(mine))
-            continue
-        for n, (case, _) in enumerate(mine):
-            traces[id(case)] = [answers[rank][n] for rank in range(world)]
+    played = {}  # world size -> each rank's answers, or the kata's own error
     for case, story in prepared:
-        if id(case) not in traces:
-            error, stories = failed[case["world"]]
+        world = case["world"]
+        mine = [(each, its) for each, its in prepared if each["world"] == world]
+        if world not in played:
+            played[world] = _world(kata, (*table, world), [its for _, its in mine])
+        answers = played[world]
+        if isinstance(answers, Exception):
             with case.judged(), SPEC.diagnosing(raised_by(story), sizes=case):
-                if stories == 1:
-                    raise error
-                answers = trained(kata, case["world"], [story])
-            traces[id(case)] = [answer[0] for answer in answers]
-        yield case, story, traces[id(case)]
+                if len(mine) == 1:
+                    raise answers
+                answers = trained(kata, world, [story])
+            yield case, story, [answer[0] for answer in answers]
+        else:
+            n = next(i for i, (each, _) in enumerate(mine) if each is case)
+            yield case, story, [answers[rank][n] for rank in range(world)]
+
+
+def _world(kata, key: tuple, stories: list):
+    """Each rank's answers to `stories`, played in one world of key[-1] ranks (kept in PLAYED);
+    the kata's own error where it raised. Anything else (the stub, a refusal, a deadlock)
+    raises, plain as it is."""
+    try:
+        if key not in PLAYED:
+            PLAYED[key] = trained(kata, key[-1], stories)
+        return PLAYED[key]
+    except Exception as error:
+        if getattr(error, "kata_error", (None,))[0] != ErrorKind.RAISED:
+            raise
+        return error
 
 
 def raised_by(story):
