@@ -105,7 +105,7 @@ def slips(kata: str) -> tuple[tuple[str, types.ModuleType], ...]:
         module.__file__ = f"<slip {mutant.id}>"
         sys.modules[name] = module  # dataclasses and pickling look modules up here
         try:
-            exec(compile(mutant.source(), module.__file__, "exec"), module.__dict__)  # noqa: S102 - our own mutants
+            exec(compile(mutant.applied(), module.__file__, "exec"), module.__dict__)  # noqa: S102 - our own mutants
         except (MutantError, Exception):  # noqa: BLE001 - a slip that does not load is no candidate
             continue
         found.append((pick(mutant.why, mutant.why_zh), module))
