@@ -36,13 +36,18 @@ setup: $(SETUP) ## create .venv with the pinned dependencies (done automatically
 
 # pip compiles no module (--no-compile); judge.warm then compiles those grading imports: most of
 # torch's and sympy's are never imported. Set-up here, 2026-11-28: 19.6 s (venv 3.7, pip 7.8,
-# judge.warm 8.1), where pip compiling everything took 25-37 s.
+# judge.warm 8.1), where pip compiling everything took 25-37 s. The venv gets no pip of its own
+# where $(BASE_PYTHON)'s pip can install into it (pip 22.3+: --python): ensurepip was 3.3 s of
+# the venv's 3.7. `.venv/bin/python -m ensurepip` adds one.
+PIP_INTO_VENV = $(BASE_PYTHON) -m pip --python $(VENV)/bin/python
 $(VENV)/.installed: requirements.txt
 	@$(BASE_PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
 		|| { echo "$(SAY_OLD_PYTHON)"; exit 1; }
 	@echo "$(SAY_SETTING_UP)"
-	@$(BASE_PYTHON) -m venv $(VENV)
-	@$(VENV)/bin/python -m pip install --quiet --no-compile --disable-pip-version-check -r requirements.txt $(PIP_ARGS)
+	@$(BASE_PYTHON) -m venv --without-pip $(VENV)
+	@if $(PIP_INTO_VENV) --version >/dev/null 2>&1; then pip="$(PIP_INTO_VENV)"; \
+	else $(VENV)/bin/python -m ensurepip --default-pip >/dev/null || exit 1; pip="$(VENV)/bin/python -m pip"; fi; \
+	$$pip install --quiet --no-compile --disable-pip-version-check -r requirements.txt $(PIP_ARGS)
 	@$(VENV)/bin/python -m judge.warm
 	@touch $@
 
