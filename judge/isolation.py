@@ -88,11 +88,14 @@ class Clock:
     wall-clock time less the time they spent waiting for a CPU, whichever is more. So a
     sleeping or looping kata is stopped on time, one whose threads compete for the cores is
     stopped by its CPU time, and a correct kata is never stopped because the machine is busy
-    (short of HARD_FACTOR times the limit)."""
+    (short of HARD_FACTOR times the limit). `read`: where those come from (a test gives its
+    own, rather than replace scheduler_seconds under the suite's pool, whose threads read it)."""
 
-    def __init__(self, now: float, pids: list[int]):
-        self.start, self.pids = now, pids
-        self.used_before, self.waited_before = scheduler_seconds(pids)
+    def __init__(
+        self, now: float, pids: list[int], read: Callable[[list[int]], tuple[float, float]] = scheduler_seconds
+    ):
+        self.start, self.pids, self.read = now, pids, read
+        self.used_before, self.waited_before = read(pids)
 
     def over(self, now: float, limit: float, extra_wait: float = 0.0) -> bool:
         elapsed = now - self.start
@@ -105,7 +108,7 @@ class Clock:
 
     def spent(self) -> tuple[float, float]:
         """(CPU seconds used, seconds waited for a CPU) since the clock started."""
-        used, waited = scheduler_seconds(self.pids)
+        used, waited = self.read(self.pids)
         return max(0.0, used - self.used_before), max(0.0, waited - self.waited_before)
 
     def waited(self) -> float:

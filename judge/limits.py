@@ -33,11 +33,19 @@ class Limits:
 DEFAULT = Limits()
 
 
-def limits_for(kata: str, limits: Limits) -> Limits:
+def limits_for(kata: str, limits: Limits, declared: dict | None = None) -> Limits:
     """`limits` raised to what info.toml declares the kata needs (`time_limit`, `test_timeout`:
-    a kata that trains a model has longer tests); unchanged for a kata it does not list."""
-    time_limit, test_timeout = _declared_limits(_catalog_version()).get(kata, (None, None))
+    a kata that trains a model has longer tests); unchanged for a kata it does not list.
+    `declared`: {kata: (time_limit, test_timeout)} to use instead of info.toml's (a test's)."""
+    if declared is None:
+        declared = _declared_limits(_catalog_version())
+    time_limit, test_timeout = declared.get(kata, (None, None))
     return limits.at_least(time_limit=time_limit, test_timeout=test_timeout)
+
+
+def declared_limits(katas) -> dict[str, tuple[int | None, int | None]]:
+    """{kata: (time_limit, test_timeout)} for the catalog's katas that declare either."""
+    return {k.name: (k.time_limit, k.test_timeout) for k in katas if k.time_limit or k.test_timeout}
 
 
 def _catalog_version() -> int | None:
@@ -56,7 +64,7 @@ def _declared_limits(version: int | None) -> dict[str, tuple[int | None, int | N
     from judge.catalog import CatalogError, load_catalog
 
     try:
-        return {k.name: (k.time_limit, k.test_timeout) for k in load_catalog() if k.time_limit or k.test_timeout}
+        return declared_limits(load_catalog())
     except CatalogError:  # reported by the commands that read the catalog; grade with the base limits
         return {}
 

@@ -307,19 +307,20 @@ def test_custom_scales_keep_the_softmax_neither_saturated_nor_flat(E):
     assert min(SCALE_FACTORS) >= 0.4 and max(SCALE_FACTORS) <= 2.2
 
 
-def test_a_kata_that_declares_longer_limits_gets_them_and_no_other_does(monkeypatch, request):
-    """A training kata's tests may need more than the default 20 s: info.toml's test_timeout."""
-    from judge import catalog, limits
-    from judge.limits import DEFAULT, limits_for
+def test_a_kata_that_declares_longer_limits_gets_them_and_no_other_does():
+    """A training kata's tests may need more than the default 20 s: info.toml's test_timeout.
+    (A catalog of its own, passed in: the suite's pool reads info.toml's meanwhile.)"""
+    from judge import catalog
+    from judge.limits import DEFAULT, declared_limits, limits_for
 
     trains = catalog.Kata("trains", "t", 3, 30, "r", ["a", "b", "c"], test_timeout=45, time_limit=120)
-    monkeypatch.setattr(catalog, "load_catalog", lambda: [trains])
-    limits._declared_limits.cache_clear()  # info.toml is read once per version of the file
-    request.addfinalizer(limits._declared_limits.cache_clear)
-    assert (limits_for("trains", DEFAULT).test_timeout, limits_for("trains", DEFAULT).time_limit) == (45, 120)
-    assert limits_for("other", DEFAULT) == DEFAULT
+    declared = declared_limits([trains, catalog.Kata("other", "o", 1, 10, "r", ["a"])])
+    assert declared == {"trains": (120, 45)}
+    raised = limits_for("trains", DEFAULT, declared)
+    assert (raised.test_timeout, raised.time_limit) == (45, 120)
+    assert limits_for("other", DEFAULT, declared) == DEFAULT
     generous = DEFAULT.at_least(test_timeout=100)
-    assert limits_for("trains", generous).test_timeout == 100  # never lowered
+    assert limits_for("trains", generous, declared).test_timeout == 100  # never lowered
 
 
 def test_the_sandbox_probe_names_every_wall_and_why_one_is_down():

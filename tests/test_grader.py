@@ -6,12 +6,11 @@ import json
 import os
 import subprocess
 import sys
-import threading
-import time
+import textwrap
 
 import pytest
+from scripts import run_script
 
-from judge import scheduling
 from judge.catalog import kata_names, kata_table, load_catalog
 from judge.engines import ProcessEngine
 from judge.learning import load_paths
@@ -48,12 +47,11 @@ def test_a_kata_past_its_wall_clock_limit_is_killed_and_reported_and_leaves_no_t
     assert not list(tmp_path.iterdir()), f"left behind: {sorted(p.name for p in tmp_path.iterdir())}"
 
 
-def test_a_limit_counts_cpu_time_or_wall_clock_time_less_the_waits_for_a_cpu(monkeypatch):
+def test_a_limit_counts_cpu_time_or_wall_clock_time_less_the_waits_for_a_cpu():
     from judge import isolation
 
     readings = iter([(0.0, 0.0), (1.0, 4.0), (1.0, 4.0), (1.2, 9.0), (3.5, 4.0)])  # (CPU used, waited) from /proc
-    monkeypatch.setattr(isolation, "scheduler_seconds", lambda pids: next(readings))
-    clock = isolation.Clock(100.0, [1])  # reads (0, 0)
+    clock = isolation.Clock(100.0, [1], read=lambda pids: next(readings))  # reads (0, 0)
     assert not clock.over(102.0, 3.0)  # within the limit: /proc is not read
     assert not clock.over(106.0, 3.0)  # 6 s of wall-clock time, 4 of them waiting: 2 count
     assert clock.over(107.5, 3.0)  # 7.5 s, 4 waiting: 3.5 count
@@ -86,10 +84,13 @@ def test_a_job_asks_the_fork_server_for_its_own_seed_limits_and_variables():
         grade_all([zh], seed=1, device="cpu", limits=Limits(), workers=1, fork=True, env={"KATAS_LANG": "en"})
 
 
-def test_grade_alls_that_share_slots_never_grade_more_at_once_than_the_slots(monkeypatch, tmp_path):
-    """The suite's pool runs a grade_all a lane, all of them in one set of slots: a grade, with
-    the start of its fork server, holds a slot while it runs. Here two grade_alls of two workers
-    each, in fresh processes (a stand-in engine that records how many grade at once)."""
+SHARED_SLOTS = textwrap.dedent("""
+    import json, sys, tempfile, threading, time
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[1])
+    from judge import scheduling
+    from judge.limits import Limits
+    from judge.protocol import KataResult, Status
     running, most, lock = [0], [0], threading.Lock()
 
     class Recording:
@@ -105,28 +106,34 @@ def test_grade_alls_that_share_slots_never_grade_more_at_once_than_the_slots(mon
                 running[0] -= 1
             return KataResult(name, Status.PASS, 1.0, 1, 1, "")
 
-    monkeypatch.setattr(scheduling, "ProcessEngine", Recording)
-    (tmp_path / "causal_mask.py").write_text("")
-    jobs = [Job("causal_mask", tmp_path / "causal_mask.py")] * 4
+    scheduling.ProcessEngine = Recording
+    kata = Path(tempfile.mkdtemp()) / "causal_mask.py"
+    kata.write_text("")
+    jobs = [scheduling.Job("causal_mask", kata)] * 4
 
     def both(slots):
         most[0] = 0
-        lanes = [
-            threading.Thread(
-                target=grade_all,
-                args=(jobs,),
-                kwargs={"seed": 1, "device": "cpu", "limits": Limits(), "workers": 2, "fork": False, "slots": slots},
-            )
-            for _ in range(2)
-        ]
+        options = {"seed": 1, "device": "cpu", "limits": Limits(), "workers": 2, "fork": False, "slots": slots}
+        lanes = [threading.Thread(target=scheduling.grade_all, args=(jobs,), kwargs=options) for _ in range(2)]
         for lane in lanes:
             lane.start()
         for lane in lanes:
             lane.join()
         return most[0]
 
-    assert both(threading.Semaphore(1)) == 1
-    assert both(None) > 1  # without slots, the four workers overlap
+    print(json.dumps({"one slot": both(threading.Semaphore(1)), "no slots": both(None)}))
+""")
+
+
+def test_grade_alls_that_share_slots_never_grade_more_at_once_than_the_slots():
+    """The suite's pool runs a grade_all a lane, all of them in one set of slots: a grade, with
+    the start of its fork server, holds a slot while it runs. Here two grade_alls of two workers
+    each, with a stand-in engine that records how many grade at once: in a fresh Python, since
+    it replaces scheduling.ProcessEngine, which the pool's threads in this process use meanwhile
+    (their fresh-process grades got the stand-in's verdicts)."""
+    most = run_script(SHARED_SLOTS)
+    assert most["one slot"] == 1
+    assert most["no slots"] > 1  # without slots, the four workers overlap
 
 
 @pytest.mark.timeout(300)
