@@ -85,7 +85,7 @@ def test_a_job_asks_the_fork_server_for_its_own_seed_limits_and_variables():
 
 
 SHARED_SLOTS = textwrap.dedent("""
-    import json, sys, tempfile, threading, time
+    import json, sys, threading, time
     from pathlib import Path
     sys.path.insert(0, sys.argv[1])
     from judge import scheduling
@@ -107,7 +107,7 @@ SHARED_SLOTS = textwrap.dedent("""
             return KataResult(name, Status.PASS, 1.0, 1, 1, "")
 
     scheduling.ProcessEngine = Recording
-    kata = Path(tempfile.mkdtemp()) / "causal_mask.py"
+    kata = Path(sys.argv[2]) / "causal_mask.py"
     kata.write_text("")
     jobs = [scheduling.Job("causal_mask", kata)] * 4
 
@@ -125,13 +125,13 @@ SHARED_SLOTS = textwrap.dedent("""
 """)
 
 
-def test_grade_alls_that_share_slots_never_grade_more_at_once_than_the_slots():
+def test_grade_alls_that_share_slots_never_grade_more_at_once_than_the_slots(tmp_path):
     """The suite's pool runs a grade_all a lane, all of them in one set of slots: a grade, with
     the start of its fork server, holds a slot while it runs. Here two grade_alls of two workers
     each, with a stand-in engine that records how many grade at once: in a fresh Python, since
     it replaces scheduling.ProcessEngine, which the pool's threads in this process use meanwhile
     (their fresh-process grades got the stand-in's verdicts)."""
-    most = run_script(SHARED_SLOTS)
+    most = run_script(SHARED_SLOTS, str(tmp_path))
     assert most["one slot"] == 1
     assert most["no slots"] > 1  # without slots, the four workers overlap
 
