@@ -35,6 +35,7 @@ from judge.isolation import (
     stop,
     thread_count,
 )
+from judge.language import speaking
 from judge.limits import DEFAULT, Limits, limits_for
 from judge.paths import ROOT, test_file
 from judge.protocol import KataResult, Timing, read_events
@@ -233,7 +234,12 @@ class ProcessEngine:
     def grade(self, name: str, path: Path, seed: int, *, first_failure: bool = False) -> KataResult:
         """Under the engine's limits, raised to what the kata declares it needs, on a private
         copy of the file (which the kata may delete or rewrite as it likes), one per shard;
-        by the grade standing by for it, if there is one (stand_by)."""
+        by the grade standing by for it, if there is one (stand_by). Its texts in the language
+        of the engine's variables where they name one (language.speaking)."""
+        with speaking((self.env or {}).get("KATAS_LANG")):
+            return self._grade(name, path, seed, first_failure=first_failure)
+
+    def _grade(self, name: str, path: Path, seed: int, *, first_failure: bool) -> KataResult:
         standby, self.standby = self.standby, None
         if standby is not None and (
             standby[0] != self.grade_key(name, path, seed, first_failure) or not standby[1].open(path)

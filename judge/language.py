@@ -9,6 +9,9 @@ shapes and numbers is left as it is."""
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 # Imported here, not when first needed: a kata process may no longer import by then (judge.forbidden).
@@ -17,9 +20,13 @@ from judge.texts_zh import ZH
 T = TypeVar("T")
 
 LANGUAGES = ("en", "zh")
+_thread = threading.local()  # .language: what speaking() pinned on this thread
 
 
 def language() -> str:
+    pinned = getattr(_thread, "language", None)
+    if pinned:
+        return pinned
     chosen = os.environ.get("KATAS_LANG", "").strip().lower()
     if chosen in LANGUAGES:
         return chosen
@@ -28,6 +35,19 @@ def language() -> str:
         if value:
             return "zh" if value.lower().startswith("zh") else "en"
     return "en"
+
+
+@contextmanager
+def speaking(code: str | None) -> Iterator[None]:
+    """Within, on this thread only: texts in `code` ("en" or "zh"; anything else changes
+    nothing), whatever KATAS_LANG becomes meanwhile. The test suite composes verdicts in
+    threads of its own process while its tests set the variable for themselves."""
+    previous = getattr(_thread, "language", None)
+    _thread.language = code.strip().lower() if code and code.strip().lower() in LANGUAGES else previous
+    try:
+        yield
+    finally:
+        _thread.language = previous
 
 
 def tr(template: str, /, **values) -> str:

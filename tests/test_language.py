@@ -10,6 +10,7 @@ import re
 import string
 import subprocess
 import sys
+import threading
 import unicodedata
 from pathlib import Path
 
@@ -430,3 +431,21 @@ def test_every_fixed_text_that_arrives_as_data_has_its_chinese():
     texts.append(forbidden._ENGINE)  # refused under its name
     missing = [text for text in texts if text not in ZH]
     assert not missing, f"judge/texts_zh.py lacks: {missing}"
+
+
+def test_a_thread_that_speaks_a_language_keeps_it_whatever_the_variable_becomes(monkeypatch):
+    """The suite's pool composes the process engine's verdicts in threads of the suite's own
+    process while its tests set KATAS_LANG for themselves (ProcessEngine.grade speaks its own)."""
+    from judge.language import language, speaking
+
+    monkeypatch.setenv("KATAS_LANG", "zh")
+    seen = {}
+    with speaking("en"):
+        seen["pinned"] = language()
+        other = threading.Thread(target=lambda: seen.update(other=language()))
+        other.start()
+        other.join()
+        with speaking(None):
+            seen["nested, nothing named"] = language()
+    seen["after"] = language()
+    assert seen == {"pinned": "en", "other": "zh", "nested, nothing named": "en", "after": "zh"}
