@@ -23,12 +23,15 @@ LANGUAGES = ("en", "zh")
 _thread = threading.local()  # .language: what speaking() pinned on this thread
 
 
+def _named(value: str | None) -> str | None:
+    """The language `value` names ("en" or "zh", in any case and spacing), else None."""
+    code = (value or "").strip().lower()
+    return code if code in LANGUAGES else None
+
+
 def language() -> str:
-    pinned = getattr(_thread, "language", None)
-    if pinned:
-        return pinned
-    chosen = os.environ.get("KATAS_LANG", "").strip().lower()
-    if chosen in LANGUAGES:
+    chosen = getattr(_thread, "language", None) or _named(os.environ.get("KATAS_LANG"))
+    if chosen:
         return chosen
     for variable in ("LC_ALL", "LC_MESSAGES", "LANG"):
         value = os.environ.get(variable, "")
@@ -43,7 +46,7 @@ def speaking(code: str | None) -> Iterator[None]:
     nothing), whatever KATAS_LANG becomes meanwhile. The test suite composes verdicts in
     threads of its own process while its tests set the variable for themselves."""
     previous = getattr(_thread, "language", None)
-    _thread.language = code.strip().lower() if code and code.strip().lower() in LANGUAGES else previous
+    _thread.language = _named(code) or previous
     try:
         yield
     finally:
