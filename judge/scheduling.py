@@ -165,7 +165,8 @@ def grade_all(
     env: dict | None = None,
     shards: int = 1,
     spare: Spare | None = None,
-    slots: threading.Semaphore | None = None,
+    slots: contextlib.AbstractContextManager | None = None,
+    servers: list[Server] | None = None,
 ) -> list[KataResult]:
     """Grade the jobs, `workers` at a time, results in the jobs' order, each grade's tests in
     `shards` judging processes (engines.default_shards). progress(event, name) is told "start"
@@ -173,7 +174,9 @@ def grade_all(
     from the worker threads (one at a time). `env`: variables set for the grades (the test
     suite's switches), over this process's. `spare`: gets a fork server left running (Spare).
     `slots`: each grade, with the start of the fork server it needs, holds one while it runs,
-    so callers that share them across several grade_all calls bound how many run at once."""
+    so callers that share them across several grade_all calls bound how many run at once.
+    `servers`: fork servers started already (for this call's device, limits, threads, env and
+    shards), which workers take before they start their own; those left are the caller's."""
     # ignore_cleanup_errors: a caller that exits mid-grade (pytest -x with the suite's pool)
     # leaves the servers writing there; the folder is theirs to finish, not an error
     language = kata_env(None, env).get("KATAS_LANG")
@@ -198,6 +201,7 @@ def grade_all(
             shards=shards,
             spare=spare,
             slots=slots,
+            servers=servers,
         )
     return [shown(index, result) for index, result in enumerate(results)]
 
@@ -235,7 +239,8 @@ def _grade_copies(
     env: dict | None = None,
     shards: int = 1,
     spare: Spare | None = None,
-    slots: threading.Semaphore | None = None,
+    slots: contextlib.AbstractContextManager | None = None,
+    servers: list[Server] | None = None,
 ) -> list[KataResult]:
     if not jobs:
         return []
@@ -251,6 +256,12 @@ def _grade_copies(
         with lock:
             return pending.pop(0) if pending else None
 
+    def first_server() -> Server | None:
+        with lock:
+            if servers:
+                return servers.pop(0)
+        return _start(device, limits, threads, env, shards)
+
     def work() -> None:
         server = None
         started = not fork  # the fork server starts with the first grade, in its slot
@@ -259,7 +270,7 @@ def _grade_copies(
         def grade_one(job: Job) -> KataResult:
             nonlocal server, started
             if not started:
-                server, started = _start(device, limits, threads, env, shards), True
+                server, started = first_server(), True
             if server is not None:
                 try:
                     return server.grade(job, seed)

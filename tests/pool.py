@@ -11,13 +11,44 @@ its verdict with `verdict(batch, key)`, which waits for its batch.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from dataclasses import dataclass, field, replace
 
 from judge.limits import Limits
 from judge.protocol import KataResult
-from judge.scheduling import Job, default_workers, grade_all
+from judge.scheduling import Job, Server, default_workers, grade_all
+
+# The fork-server lanes a whole run grades, by language: test_test_strength's in Chinese,
+# test_broken_katas's in the run's own (None). Each one's first fork server starts while pytest
+# collects (Pool.warm_up): its 3 CPU-s of imports on the core that collection leaves idle.
+WARM_LANES = ("zh", None)
+
+
+class Slots:
+    """How many grades run at once, all lanes together (grade_all's `slots`: each grade holds one
+    while it runs); the number may change while they run, and a lower one takes effect as
+    grades end."""
+
+    def __init__(self, count: int):
+        self.count, self.busy = count, 0
+        self.changed = threading.Condition()
+
+    def __enter__(self) -> None:
+        with self.changed:
+            self.changed.wait_for(lambda: self.busy < self.count)
+            self.busy += 1
+
+    def __exit__(self, *raised) -> None:
+        with self.changed:
+            self.busy -= 1
+            self.changed.notify_all()
+
+    def add(self, count: int) -> None:
+        with self.changed:
+            self.count += count
+            self.changed.notify_all()
 
 
 @dataclass
@@ -40,13 +71,40 @@ class Pool:
         self.failed: dict[str, BaseException] = {}
         # How many grades run at once, all lanes together: a core each, less the one this
         # process's own tests use until they are done and it waits for verdicts (widen).
-        self.slots = threading.Semaphore(max(1, default_workers() - 1))
+        self.slots = Slots(max(1, default_workers() - 1))
         self.widened = False
         self.lock = threading.Lock()
+        self.warm: dict[str | None, tuple[dict, Server]] = {}  # language -> (its lane's environment, server)
 
     def add(self, batch: Batch) -> None:
         self.batches[batch.name] = batch
         self.ready[batch.name] = threading.Event()
+
+    def warm_up(self) -> None:
+        """Start the first fork server of each of WARM_LANES now, in the environment its lane will
+        have (start: this one's, the language over it), so that it imports while pytest collects.
+        A lane takes it if its environment is still that one; start closes those no lane takes."""
+        threads = 1 if default_workers() > 1 else None  # as grade_all's workers have it
+        for language in WARM_LANES:
+            environment = dict(os.environ) | ({"KATAS_LANG": language} if language else {})
+            with contextlib.suppress(OSError):
+                server = Server(device="cpu", limits=Limits(), threads=threads, env=environment)
+                self.warm[language] = (environment, server)
+
+    def _warm_server(self, language: str | None, environment: dict, jobs: int) -> list[Server]:
+        """The lane's warm server, if it was started for this very lane (the same variables,
+        and a worker a core, as grade_all will have)."""
+        found = self.warm.pop(language, None)
+        if found is None:
+            return []
+        if found[0] != environment or min(default_workers(), jobs) <= 1:
+            found[1].close()
+            return []
+        return [found[1]]
+
+    def close_warm(self) -> None:
+        while self.warm:
+            self.warm.popitem()[1][1].close()
 
     def start(self) -> None:
         """Grade every batch in the background: the batches' jobs as queues on both cores, each job
@@ -76,23 +134,31 @@ class Pool:
         lanes: dict[tuple, list[Batch]] = {}
         for batch in order:
             lanes.setdefault((batch.fork, batch.env.get("KATAS_LANG")), []).append(batch)
-        threads = [
-            threading.Thread(
-                target=self._grade_lane,
-                args=(batches, fork, environment | ({"KATAS_LANG": language} if language else {})),
-                kwargs={"workers": default_workers()},
-                name=f"kata-pool-{'fork' if fork else 'fresh'}-{language or 'default'}",
-                daemon=True,
+        threads = []
+        for (fork, language), batches in lanes.items():
+            lane_environment = environment | ({"KATAS_LANG": language} if language else {})
+            jobs = sum(len(batch.jobs) for batch in batches)
+            servers = self._warm_server(language, lane_environment, jobs) if fork else []
+            threads.append(
+                threading.Thread(
+                    target=self._grade_lane,
+                    args=(batches, fork, lane_environment),
+                    kwargs={"workers": default_workers(), "servers": servers},
+                    name=f"kata-pool-{'fork' if fork else 'fresh'}-{language or 'default'}",
+                    daemon=True,
+                )
             )
-            for (fork, language), batches in lanes.items()
-        ]
+        self.close_warm()  # those of lanes no batch uses
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
 
-    def _grade_lane(self, batches: list[Batch], fork: bool, environment: dict, *, workers: int) -> None:
-        """The batches' jobs in one grade_all; each batch is ready as soon as its last job is."""
+    def _grade_lane(
+        self, batches: list[Batch], fork: bool, environment: dict, *, workers: int, servers: list[Server]
+    ) -> None:
+        """The batches' jobs in one grade_all (by the `servers` started already, first); each
+        batch is ready as soon as its last job is."""
         queue = [(batch, key) for batch in batches for key in batch.jobs]
         for batch in batches:
             self.results[batch.name] = {}
@@ -116,19 +182,37 @@ class Pool:
                 on_result=done,
                 env=environment,
                 slots=self.slots,
+                servers=servers,
             )
         except BaseException as error:  # noqa: BLE001 - the tests that read it report it
             for batch in batches:
                 if not self.ready[batch.name].is_set():
                     self.failed[batch.name] = error
                     self.ready[batch.name].set()
+        finally:
+            for server in servers:  # one no worker took
+                server.close()
 
     def widen(self) -> None:
         """This process's own tests are done: its core grades too."""
         with self.lock:
             if not self.widened:
                 self.widened = True
-                self.slots.release()
+                self.slots.add(1)
+
+    @contextlib.contextmanager
+    def lent(self):
+        """Within: this process's test mostly waits (a timer, a deadlock called after seconds of
+        idle ranks), so its core grades too."""
+        with self.lock:
+            lend = not self.widened
+        if lend:
+            self.slots.add(1)
+        try:
+            yield
+        finally:
+            if lend:
+                self.slots.add(-1)
 
     def verdict(self, batch: str, key: str) -> KataResult:
         self.widen()
