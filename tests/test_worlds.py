@@ -74,6 +74,7 @@ def test_ranks_see_only_loopback_and_bind_only_to_it(hosted):
         assert set(seen["addresses"]) <= {TCP_LOOPBACK, "00000000000000000000000001000000"}, seen["addresses"]
 
 
+@pytest.mark.waits  # seconds of idle ranks, by design
 def test_a_deadlock_is_stopped_within_seconds_and_says_where_each_rank_waits(hosted):
     start = time.monotonic()
     with pytest.raises(Exception, match="deadlock: 3 of 3 ranks") as raised:
@@ -82,6 +83,7 @@ def test_a_deadlock_is_stopped_within_seconds_and_says_where_each_rank_waits(hos
     assert raised.value.kata_error[0] == "deadlock"
 
 
+@pytest.mark.waits  # seconds of idle ranks, by design
 def test_a_deadlock_in_a_local_world_raises_world_deadlock():
     module = type(sys)("nothing")
     with pytest.raises(WorldDeadlock, match="deadlock: 2 of 2 ranks stopped"):
@@ -95,6 +97,7 @@ def test_a_ranks_error_ends_the_world_and_comes_back_as_that_error(hosted):
     assert time.monotonic() - start < IDLE_SECONDS, "the other rank waited for rank 1 until a deadlock was called"
 
 
+@pytest.mark.waits  # seconds of idle ranks, by design
 def test_no_rank_outlives_its_world(hosted):
     """Ranks 0, 2 and 3 still wait for rank 1 when its error ends the world: they go with it,
     as every rank goes when a deadlock is called."""
