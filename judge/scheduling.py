@@ -252,9 +252,22 @@ def _grade_copies(
     results: dict[int, KataResult] = {}
     lock = threading.Lock()
 
-    def next_job():
+    grading: dict[int, tuple] = {}  # worker -> the template key of the job it took last
+
+    def next_job(worker: int):
+        """Another job like the worker's last one (its fork server keeps a template of that kata:
+        judge.templates), else the first of a kind no other worker grades, else the first."""
         with lock:
-            return pending.pop(0) if pending else None
+            if not pending:
+                return None
+            others = {key for other, key in grading.items() if other != worker}
+            keys = [_template_key(job) for _, job in pending]
+            mine = grading.get(worker)
+            place = next((n for n, key in enumerate(keys) if key == mine), None)
+            if place is None:
+                place = next((n for n, key in enumerate(keys) if key not in others), 0)
+            grading[worker] = keys[place]
+            return pending.pop(place)
 
     def first_server() -> Server | None:
         with lock:
@@ -262,7 +275,7 @@ def _grade_copies(
                 return servers.pop(0)
         return _start(device, limits, threads, env, shards)
 
-    def work() -> None:
+    def work(worker: int) -> None:
         server = None
         started = not fork  # the fork server starts with the first grade, in its slot
         fresh = ProcessEngine(device=device, limits=limits, threads=threads, env=env, shards=shards)
@@ -289,7 +302,7 @@ def _grade_copies(
             return engine.grade(job.name, job.path, seed_used, first_failure=job.first_failure)
 
         try:
-            while (item := next_job()) is not None:
+            while (item := next_job(worker)) is not None:
                 index, job = item
                 tell("start", job.name)
                 with slots or contextlib.nullcontext():
@@ -306,9 +319,14 @@ def _grade_copies(
                 server.close()
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for future in [pool.submit(work) for _ in range(max(1, workers))]:
+        for future in [pool.submit(work, worker) for worker in range(max(1, workers))]:
             future.result()
     return [results[index] for index in range(len(jobs))]
+
+
+def _template_key(job: Job) -> tuple:
+    """What a fork server's template of a job's grade depends on: its kata and its variables."""
+    return job.name, tuple(sorted((job.env or {}).items()))
 
 
 def time_all(
