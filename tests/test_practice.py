@@ -104,6 +104,7 @@ class FakeClock:
 # --------------------------------------------------------------------------- watch
 
 
+SLEEPS = "def causal_mask(seq_len, *, device=None):\n    import time\n\n    time.sleep(3600)\n"
 WATCH_DRIVER = textwrap.dedent("""
     import json, os, sys, time
     from pathlib import Path
@@ -153,7 +154,7 @@ def test_watch_regrades_a_file_changed_on_disk_in_a_forked_child(tmp_path):
     folder.mkdir()
     (folder / "causal_mask.py").write_text(STUB)
     (tmp_path / "wrong.py").write_text(WRONG)
-    (tmp_path / "endless.py").write_text("def causal_mask(seq_len, *, device=None):\n    while True:\n        pass\n")
+    (tmp_path / "endless.py").write_text(SLEEPS)  # past the wall-clock limit on no CPU: the pool's core
     run = subprocess.run(
         [
             sys.executable,

@@ -91,6 +91,9 @@ def test_a_sharded_grade_gives_the_verdict_of_a_whole_one(tmp_path):
     """Each way a grade ends, sharded in two and whole, by the fork engine in a fresh process
     (as make watch runs it). The kata file's path differs by shard and is left out."""
     wrong, stub = tmp_path / "causal_mask.py", tmp_path / "decoder_layer.py"
+    sleeps = tmp_path / "asleep" / "causal_mask.py"
+    sleeps.parent.mkdir()
+    sleeps.write_text("def causal_mask(seq_len, *, device=None):\n    import time\n\n    time.sleep(3600)\n")
     wrong.write_text((ROOT / "solutions" / "causal_mask.py").read_text().replace("diagonal=1", "diagonal=0"))
     stub.write_text(make_stub((ROOT / "solutions" / "decoder_layer.py").read_text()))
     broken = ROOT / "tests" / "broken" / "causal_mask"
@@ -99,7 +102,7 @@ def test_a_sharded_grade_gives_the_verdict_of_a_whole_one(tmp_path):
         ("todo", "decoder_layer", str(stub), 20),
         ("fail", "causal_mask", str(wrong), 20),
         ("crash", "causal_mask", str(broken / "segfault.py"), 20),
-        ("timeout", "causal_mask", str(broken / "endless_loop.py"), 1),
+        ("timeout", "causal_mask", str(sleeps), 1),  # asleep past its limit: no CPU burnt in 3 processes
     ]
     for label, verdicts in run_script(SHARDED_AND_WHOLE, json.dumps(cases)).items():
         for verdict in verdicts:  # how long a busy machine kept it waiting is the hour's, not the grade's
