@@ -194,30 +194,60 @@ def test_json_report_and_exit_status_for_solutions(tmp_path):
     assert "x (" in run.stdout or "timing unreliable" in run.stdout  # a busy machine is said to be busy
 
 
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("broken", ["segfault", "kills_its_parent", "kills_the_fork_server"])
-def test_one_broken_kata_does_not_stop_the_others(tmp_path, broken):
-    """Whatever the kata does to its own process or to the processes above it, the grade goes
-    on and the JSON report is written: one worker grades padding_mask, the broken causal_mask,
-    then softmax (the order asked), so the kata after it is graded by what survived, or
-    by a new fork server. (The sandbox refuses a kata's signals to other processes: it is off
-    here, to prove the walls behind it.)"""
-    impl = tmp_path / "attempt"
-    impl.mkdir()
-    (impl / "causal_mask.py").write_text((BROKEN / "causal_mask" / f"{broken}.py").read_text())
-    for name in ("padding_mask", "softmax"):
-        (impl / f"{name}.py").write_text((ROOT / "solutions" / f"{name}.py").read_text())
-    out = tmp_path / "result.json"
-    katas = ("--kata", "padding_mask", "--kata", "causal_mask", "--kata", "softmax")
+# One grader run, one worker, the katas in this order: each broken file (given to a kata of one
+# function, under that function's name) between two correct katas, so the kata after it is
+# graded by what survived, or by a new fork server. One run for the three: each run starts a
+# grader and a fork server (about 3 CPU-s), and kills_the_fork_server a second server.
+IN_ONE_RUN = [
+    ("softmax", None),
+    ("causal_mask", "segfault"),
+    ("positional_encoding", None),
+    ("padding_mask", "kills_its_parent"),
+    ("rms_norm", None),
+    ("cross_entropy", "kills_the_fork_server"),
+    ("swiglu", None),
+]
+
+
+def broken_as(kata: str, broken: str) -> str:
+    """tests/broken/causal_mask/<broken>.py, its one function renamed to `kata`'s (what it does
+    to its processes never reads its arguments)."""
+    text = (BROKEN / "causal_mask" / f"{broken}.py").read_text()
+    stub = (ROOT / "katas" / f"{kata}.py").read_text().splitlines()
+    function = next(line for line in stub if line.startswith("def "))
+    name = function[4 : function.index("(")]
+    renamed = text.replace("def causal_mask(seq_len, *, device=None):", f"def {name}(*args, **kwargs):")
+    assert renamed != text or kata == "causal_mask", broken
+    return renamed
+
+
+@pytest.fixture(scope="module")
+def graded_in_one_run(tmp_path_factory):
+    """(the run, its JSON report): IN_ONE_RUN graded with the sandbox off, to prove the walls
+    behind it (the sandbox refuses a kata's signals to other processes)."""
+    impl, out = tmp_path_factory.mktemp("attempt"), tmp_path_factory.mktemp("report") / "result.json"
+    for kata, broken in IN_ONE_RUN:
+        text = broken_as(kata, broken) if broken else (ROOT / "solutions" / f"{kata}.py").read_text()
+        (impl / f"{kata}.py").write_text(text)
+    katas = [arg for kata, _ in IN_ONE_RUN for arg in ("--kata", kata)]
     run = run_grader(
         "--impl", str(impl), *katas, "--jobs", "1", "--no-timing", "--json", str(out), "--device", "cpu",
         env={"KATAS_SANDBOX": "off"},
-    )
-    assert run.returncode == 1, run.stdout + run.stderr
-    report = json.loads(out.read_text())
-    assert [k["name"] for k in report["katas"]] == ["padding_mask", "causal_mask", "softmax"]
-    statuses = {k["name"]: k["status"] for k in report["katas"]}
-    assert statuses == {"causal_mask": "crash", "padding_mask": "pass", "softmax": "pass"}
+    )  # fmt: skip
+    return run, json.loads(out.read_text()) if out.exists() else None
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("broken", ["segfault", "kills_its_parent", "kills_the_fork_server"])
+def test_one_broken_kata_does_not_stop_the_others(graded_in_one_run, broken):
+    """Whatever the kata does to its own process or to the processes above it, the grade goes
+    on and the JSON report is written: the kata before it and the kata after it pass."""
+    run, report = graded_in_one_run
+    assert run.returncode == 1 and report is not None, run.stdout + run.stderr
+    assert [k["name"] for k in report["katas"]] == [kata for kata, _ in IN_ONE_RUN]
+    statuses = [k["status"] for k in report["katas"]]
+    place = next(n for n, (_, given) in enumerate(IN_ONE_RUN) if given == broken)
+    assert statuses[place - 1 : place + 2] == ["pass", "crash", "pass"], list(zip(IN_ONE_RUN, statuses))
 
 
 @pytest.mark.timeout(300)
