@@ -94,7 +94,8 @@ class Pool:
     def _warm_server(self, language: str | None, environment: dict, jobs: int) -> list[Server]:
         """The lane's warm server, if it was started for this very lane (the same variables,
         and a worker a core, as grade_all will have)."""
-        found = self.warm.pop(language, None)
+        with self.lock:
+            found = self.warm.pop(language, None)
         if found is None:
             return []
         if found[0] != environment or min(default_workers(), jobs) <= 1:
@@ -103,8 +104,11 @@ class Pool:
         return [found[1]]
 
     def close_warm(self) -> None:
-        while self.warm:
-            self.warm.popitem()[1][1].close()
+        """Close the warm servers no lane took (from the pool's thread, or at the session's end)."""
+        with self.lock:
+            left, self.warm = list(self.warm.values()), {}
+        for _, server in left:
+            server.close()
 
     def start(self) -> None:
         """Grade every batch in the background: the batches' jobs as queues on both cores, each job
