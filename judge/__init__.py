@@ -22,7 +22,6 @@ Engine, importable without torch (the command line stays fast):
     places      where the learner's kata files and state live
     history     the append-only practice history
     grading     the grader's commands (grade, stubs, table, and the internal ones)
-    stopping    SIGTERM and SIGHUP end a command as Ctrl-C does: its clean-up runs
     make_help   make help: the Makefile's targets in the learner's language
     bare        a bare stub for interview mode: imports, signatures, a few lines of task
     interview   an interview's grade: the math only, then the conventions listed

@@ -33,7 +33,6 @@ from judge.protocol import KataResult
 from judge.reporting import head, row, timing_head, timing_row, verdict_end, width_of, write_json
 from judge.scheduling import Job, Spare, default_workers, grade_all, serve, time_all
 from judge.status_line import StatusLine
-from judge.stopping import stop_as_ctrl_c
 from judge.stubs import StubError, refresh_stubs
 
 
@@ -261,7 +260,6 @@ def main(argv: list[str]) -> int:
     try:
         if argv and argv[0] in COMMANDS:
             return COMMANDS[argv[0]](argv[1:])
-        stop_as_ctrl_c()  # a kill or a closed terminal cleans up as Ctrl-C does
         return grade_command(argv)
     except UsageError as error:
         print(tr("{command}: error: {message}", command="grader.py", message=error), file=sys.stderr)

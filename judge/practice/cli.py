@@ -32,7 +32,6 @@ from judge.practice.next import next_command
 from judge.practice.progress import progress_command
 from judge.practice.reset import reset_command
 from judge.practice.watch import POLL_SECONDS, watch_command
-from judge.stopping import stop_as_ctrl_c
 
 
 class PracticeArgumentParser(argparse.ArgumentParser):
@@ -171,7 +170,6 @@ def main(argv: list[str]) -> int:
         args = parse_args(argv)
         if args.command in GRADING_COMMANDS:
             require_grading_dependencies()
-        stop_as_ctrl_c()  # a kill or a closed terminal stops watch and mock as Ctrl-C does: cleaned up
         return COMMANDS[args.command](args, Places.default())
     except UsageError as error:
         print(tr("{command}: error: {message}", command="practice.py", message=error), file=sys.stderr)
