@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 from scripts import run_script
+from sleeper import sleeper
 
 from judge.catalog import kata_names, kata_table, load_catalog
 from judge.engines import ProcessEngine
@@ -35,21 +36,13 @@ def run_grader(*args: str, timeout: float = 300, env: dict | None = None) -> sub
     )
 
 
-SLEEPS = """def causal_mask(seq_len, *, device=None):
-    import time
-
-    time.sleep(3600)  # wall-clock time, and no CPU: the pool grades on this core meanwhile
-"""
-
-
 @pytest.mark.timeout(120)
 @pytest.mark.waits
 def test_a_kata_past_its_wall_clock_limit_is_killed_and_reported_and_leaves_no_temp_dir(tmp_path, tmp_path_factory):
     """Killed, its judging process cleans up nothing: the kata process's private dir must be in
     the grade's own folder, which the grader removes, not in the temp dir (TMPDIR here). 6 s:
     at 4 s, with a second make test beside it, the fresh process's start alone reached the limit."""
-    kata = tmp_path_factory.mktemp("sleeper") / "causal_mask.py"
-    kata.write_text(SLEEPS)
+    kata = sleeper(tmp_path_factory.mktemp("sleeper"))
     engine = ProcessEngine(device="cpu", limits=Limits(time_limit=6, test_timeout=60), env={"TMPDIR": str(tmp_path)})
     verdict = engine.grade("causal_mask", kata, 1)
     assert verdict.status == "timeout" and "stopped after 6 s" in verdict.message, verdict

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sleeper import SLEEPS
 
 from judge.catalog import load_catalog
 from judge.history import History, history_of, record_check
@@ -104,7 +105,6 @@ class FakeClock:
 # --------------------------------------------------------------------------- watch
 
 
-SLEEPS = "def causal_mask(seq_len, *, device=None):\n    import time\n\n    time.sleep(3600)\n"
 WATCH_DRIVER = textwrap.dedent("""
     import json, os, sys, time
     from pathlib import Path

@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 from scripts import run_script
+from sleeper import sleeper
 
 from judge import shards
 from judge.isolation import ProcessEnd
@@ -91,9 +92,7 @@ def test_a_sharded_grade_gives_the_verdict_of_a_whole_one(tmp_path):
     """Each way a grade ends, sharded in two and whole, by the fork engine in a fresh process
     (as make watch runs it). The kata file's path differs by shard and is left out."""
     wrong, stub = tmp_path / "causal_mask.py", tmp_path / "decoder_layer.py"
-    sleeps = tmp_path / "asleep" / "causal_mask.py"
-    sleeps.parent.mkdir()
-    sleeps.write_text("def causal_mask(seq_len, *, device=None):\n    import time\n\n    time.sleep(3600)\n")
+    sleeps = sleeper(tmp_path / "asleep")
     wrong.write_text((ROOT / "solutions" / "causal_mask.py").read_text().replace("diagonal=1", "diagonal=0"))
     stub.write_text(make_stub((ROOT / "solutions" / "decoder_layer.py").read_text()))
     broken = ROOT / "tests" / "broken" / "causal_mask"
