@@ -247,8 +247,9 @@ def _grade_copies(
     workers = min(workers, len(jobs))  # each worker starts a fork server: none beyond the jobs
     tell = _serialised(progress)
     lock_results = threading.Lock()
-    threads = 1 if workers > 1 else None  # parallel processes: one thread each, no oversubscription
+    threads = threads_each(workers)
     pending = list(enumerate(jobs))
+    kinds = [_template_key(job) for job in jobs]  # by job index
     results: dict[int, KataResult] = {}
     lock = threading.Lock()
 
@@ -261,7 +262,7 @@ def _grade_copies(
             if not pending:
                 return None
             others = {key for other, key in grading.items() if other != worker}
-            keys = [_template_key(job) for _, job in pending]
+            keys = [kinds[index] for index, _ in pending]
             mine = grading.get(worker)
             place = next((n for n, key in enumerate(keys) if key == mine), None)
             if place is None:
@@ -322,6 +323,12 @@ def _grade_copies(
         for future in [pool.submit(work, worker) for worker in range(max(1, workers))]:
             future.result()
     return [results[index] for index in range(len(jobs))]
+
+
+def threads_each(workers: int) -> int | None:
+    """CPU threads each grade gets when `workers` grade at once: one (parallel processes, no
+    oversubscription), or torch's own default for a grade alone."""
+    return 1 if workers > 1 else None
 
 
 def _template_key(job: Job) -> tuple:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from judge.limits import Limits
 from judge.protocol import KataResult
-from judge.scheduling import Job, Server, default_workers, grade_all
+from judge.scheduling import Job, Server, default_workers, grade_all, threads_each
 
 # The fork-server lanes a whole run grades, by language: test_test_strength's in Chinese,
 # test_broken_katas's in the run's own (None). Each one's first fork server starts while pytest
@@ -74,7 +74,8 @@ class Pool:
         self.slots = Slots(max(1, default_workers() - 1))
         self.widened = False
         self.lock = threading.Lock()
-        self.warm: dict[str | None, tuple[dict, Server]] = {}  # language -> (its lane's environment, server)
+        # language -> (its lane's variables, its grades' threads, a server started for them)
+        self.warm: dict[str | None, tuple[dict, int | None, Server]] = {}
 
     def add(self, batch: Batch) -> None:
         self.batches[batch.name] = batch
@@ -84,30 +85,31 @@ class Pool:
         """Start the first fork server of each of WARM_LANES now, in the environment its lane will
         have (start: this one's, the language over it), so that it imports while pytest collects.
         A lane takes it if its environment is still that one; start closes those no lane takes."""
-        threads = 1 if default_workers() > 1 else None  # as grade_all's workers have it
+        threads = threads_each(default_workers())  # a lane of more jobs than workers
         for language in WARM_LANES:
             environment = dict(os.environ) | ({"KATAS_LANG": language} if language else {})
             with contextlib.suppress(OSError):
                 server = Server(device="cpu", limits=Limits(), threads=threads, env=environment)
-                self.warm[language] = (environment, server)
+                self.warm[language] = (environment, threads, server)
 
     def _warm_server(self, language: str | None, environment: dict, jobs: int) -> list[Server]:
-        """The lane's warm server, if it was started for this very lane (the same variables,
-        and a worker a core, as grade_all will have)."""
+        """The lane's warm server, if it was started for this very lane: the same variables, and
+        the threads grade_all gives its grades (threads_each of its workers, no more than jobs)."""
         with self.lock:
             found = self.warm.pop(language, None)
         if found is None:
             return []
-        if found[0] != environment or min(default_workers(), jobs) <= 1:
-            found[1].close()
+        started_for, threads, server = found
+        if (started_for, threads) != (environment, threads_each(min(default_workers(), jobs))):
+            server.close()
             return []
-        return [found[1]]
+        return [server]
 
     def close_warm(self) -> None:
         """Close the warm servers no lane took (from the pool's thread, or at the session's end)."""
         with self.lock:
             left, self.warm = list(self.warm.values()), {}
-        for _, server in left:
+        for *_, server in left:
             server.close()
 
     def start(self) -> None:
