@@ -35,10 +35,11 @@ help: ## list the targets
 setup: $(SETUP) ## create .venv with the pinned dependencies (done automatically)
 
 # pip compiles no module (--no-compile); judge.warm then compiles those grading imports: most of
-# torch's and sympy's are never imported (pip compiling everything took 25-37 s). The venv gets
-# no pip of its own where $(BASE_PYTHON)'s pip can install into it (pip 22.3+: --python):
-# ensurepip was 3.3 s of the venv's 3.7. `.venv/bin/python -m ensurepip` adds one. Set-up here,
-# fresh clones, 2026-11-29: 16-41 s (venv 0.1, judge.warm about 7, pip 7-18: it writes 1.2 GB).
+# torch's and sympy's are never imported (pip compiling everything took 25-37 s), on both cores
+# (9.4-9.8 s, against 14.4-15.6 s on one, here on 2026-11-29). The venv gets no pip of its own
+# where $(BASE_PYTHON)'s pip can install into it (pip 22.3+: --python): ensurepip was 3.3 s of
+# the venv's 3.7. `.venv/bin/python -m ensurepip` adds one. Set-up here, fresh clones,
+# 2026-11-28/29: 16-41 s (venv 0.1, judge.warm 7-10, pip 7-18: it writes 1.2 GB).
 PIP_INTO_VENV = $(BASE_PYTHON) -m pip --python $(VENV)/bin/python
 $(VENV)/.installed: requirements.txt
 	@$(BASE_PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \

@@ -63,23 +63,45 @@ IMPORTED_LATER = (
     "torch/nn",
     "torch/optim",
 )
+# What warm_up reaches only after torch itself (about 5 s of compiling, on one core): sympy
+# (what symbolic_shapes imports; it needs no torch, so a second process imports it, compiling
+# it), and torch's dynamo and fx (compiled whole from their files, without importing torch).
+# Done on the other core meanwhile, so warm_up finds them compiled.
+IMPORTED_WITHOUT_TORCH = ("sympy",)
+REACHED_AFTER_TORCH = ("torch/_dynamo", "torch/fx")
 
 
 def compile_installed() -> None:
     """Set-up's last step (`python -m judge.warm`): pip installs without compiling (28 s -> 11 s
     here: most of torch's and sympy's modules are never imported), then this compiles what
     grading imports: what warm_up imports, compiled by its own import (writing bytecode, which
-    this environment may turn off), while a second process compiles IMPORTED_LATER, on the
-    other core. A grading process writes no bytecode (PYTHONDONTWRITEBYTECODE), so a module
-    left out is compiled from its source by each process that imports it: slower, never wrong."""
-    installed = Path(sysconfig.get_paths()["purelib"])
-    later = [str(installed / package) for package in IMPORTED_LATER if (installed / package).exists()]
-    helper = subprocess.Popen([sys.executable, "-m", "compileall", "-qq", *later])
+    this environment may turn off), while a second process (`--helper`) compiles on the other
+    core what warm_up reaches last, then IMPORTED_LATER. Both may compile the same file: each
+    writes its bytecode whole, under a name of its own, then renames it into place. A grading
+    process writes no bytecode (PYTHONDONTWRITEBYTECODE), so a module left out is compiled from
+    its source by each process that imports it: slower, never wrong."""
+    helper = subprocess.Popen([sys.executable, "-m", "judge.warm", "--helper"])
     sys.dont_write_bytecode = False
     warm_up()
     for source in imported_from_installed():  # what was imported before (up to date: skipped)
         compileall.compile_file(source, quiet=2)
     helper.wait()
+
+
+def compile_meanwhile() -> None:
+    """The helper: IMPORTED_WITHOUT_TORCH by importing them, REACHED_AFTER_TORCH and
+    IMPORTED_LATER whole (no torch import: warm_up is compiling torch itself meanwhile)."""
+    sys.dont_write_bytecode = False
+    for package in IMPORTED_WITHOUT_TORCH:
+        with contextlib.suppress(Exception):
+            importlib.import_module(package)
+    installed = Path(sysconfig.get_paths()["purelib"])
+    for package in REACHED_AFTER_TORCH + IMPORTED_LATER:
+        path = installed / package
+        if path.is_dir():
+            compileall.compile_dir(path, quiet=2)
+        elif path.exists():
+            compileall.compile_file(path, quiet=2)
 
 
 def imported_from_installed() -> list[Path]:
@@ -90,4 +112,4 @@ def imported_from_installed() -> list[Path]:
 
 
 if __name__ == "__main__":
-    compile_installed()
+    compile_meanwhile() if sys.argv[1:] == ["--helper"] else compile_installed()
