@@ -120,19 +120,21 @@ SHORT = (
     "causal_mask/hangs_at_import",
 )  # graded with a per-test limit of SHORT_LIMIT: each burns (or sleeps) it whole, in both engines
 SHORT_LIMIT = 1
-# Also graded by the process engine, which must agree: every way a process can end.
+# Also graded by the process engine, which must agree: every way a process can end, is stopped
+# at a limit or leaves others behind, where the engines differ (how the judging process starts,
+# who forks the kata process, who watches and clears the process tree). Not the verdicts that
+# the judging process decides the same way under both (a load error, a skip, a thread left
+# running: causal_mask/syntax_error, skips_like_the_grader, leaves_a_thread_running until
+# 2026-11-29): a fresh process costs 4 CPU-s here, a fork-engine grade 0.2.
 BOTH_ENGINES = (
-    "causal_mask/syntax_error",
     "causal_mask/endless_loop",
     "causal_mask/ignores_the_alarm",
     "causal_mask/hangs_at_import",
     "causal_mask/exits_interpreter",
     "causal_mask/segfault",
-    "causal_mask/skips_like_the_grader",
     "causal_mask/floods_gigabytes",
     "causal_mask/allocates_absurd_tensor",
     "causal_mask/kills_its_parent",
-    "causal_mask/leaves_a_thread_running",
     "causal_mask/leaves_a_daemon",
 )
 
