@@ -21,11 +21,11 @@ endif
 # KATAS_LANG=zh or en, else the locale).
 ifneq ($(filter zh%,$(or $(filter en zh,$(KATAS_LANG)),$(LC_ALL),$(LC_MESSAGES),$(LANG))),)
 SAY_OLD_PYTHON = 错误：需要 Python 3.11 或更新的版本（试过 $(BASE_PYTHON)）；请传入 BASE_PYTHON=python3.12 之类
-SAY_SETTING_UP = 正在创建 $(VENV)（只在第一次运行时；安装 torch 大约需要一分钟）……
+SAY_SETTING_UP = 正在创建 $(VENV)（只在第一次运行时，不到一分钟）……
 SAY_LACKS      = 错误：$(PYTHON) 缺少依赖；请这样装上其余的：$(PYTHON) -m pip install numpy pytest pytest-timeout
 else
 SAY_OLD_PYTHON = error: Python 3.11 or newer is needed (tried $(BASE_PYTHON)); pass BASE_PYTHON=python3.12 or similar
-SAY_SETTING_UP = Setting up $(VENV) (first run only; torch takes about a minute)...
+SAY_SETTING_UP = Setting up $(VENV) (first run only, under a minute)...
 SAY_LACKS      = error: $(PYTHON) lacks a dependency; install the rest with: $(PYTHON) -m pip install numpy pytest pytest-timeout
 endif
 
