@@ -255,9 +255,11 @@ def as_values(found: list) -> torch.Tensor | tuple:
 
 
 def said(text: str, zh: bool = False) -> str:
-    """'raised X: ...' or 'Tensor tensor(0.1)' as the verb of a sentence."""
+    """'raised X: ...', 'returned normally' or 'Tensor tensor(0.1)' as the verb of a sentence."""
     if text.startswith("raised "):
         return ("抛出了 " + text.removeprefix("raised ")) if zh else text
+    if text == "returned normally":  # made()'s word for a call that raised nothing
+        return "正常返回了" if zh else text
     return f"返回了 {text}" if zh else f"returned {text}"
 
 

@@ -293,27 +293,44 @@ def collectives(log) -> list[str]:
     return [what for what, _, _ in log]
 
 
+ONCE_EACH_WAY = {"forward": ["allreduce_"], "backward": ["allreduce_"]}
+
+
+def counted(plays) -> dict:
+    """{"collectives on rank r": the collectives rank r called in forward and in backward}."""
+    return {
+        f"collectives on rank {rank}": {
+            "forward": collectives(got["forward"]),
+            "backward": collectives(got["backward"]),
+        }
+        for rank, got in enumerate(plays)
+    }
+
+
 @core(zh="Megatron MLP 前向一次 all-reduce、反向一次 all-reduce，没有 all-gather")
 def test_the_megatron_mlp_all_reduces_once_each_way(kata, seed):
     mlp = SPEC.cases.edges[0]
     for world in (2, 3):
         c = mlp | {"world": world, "in": 2 * world, "hidden": 2 * world, "dtype": torch.float64}
         for _, w, plays in play(kata, [c], seed):
-            with c.judged(), SPEC.diagnosing(replay_of(c, w), sizes=c):
-                for rank, got in enumerate(plays):
-                    counted = {"forward": collectives(got["forward"]), "backward": collectives(got["backward"])}
-                    if counted != {"forward": ["allreduce_"], "backward": ["allreduce_"]}:
+
+            def replay(implementation, c=c, w=w) -> dict:
+                return counted([got[0] for got in played(implementation, c["world"], [dict(c, weights=w)])])
+
+            with c.judged(), SPEC.diagnosing(replay, sizes=c):
+                for rank, (what, calls) in enumerate(counted(plays).items()):
+                    if calls != ONCE_EACH_WAY:
                         raise Mismatch(
                             pick(
-                                f"{call_text(c, torch.float64)}: rank {rank} called {counted}; the Megatron MLP "
+                                f"{call_text(c, torch.float64)}: rank {rank} called {calls}; the Megatron MLP "
                                 "needs one all-reduce in forward (g, after Row) and one in backward (f, before "
                                 "Column), and no all-gather",
-                                f"{call_text(c, torch.float64)}：rank {rank} 调用了 {counted}；Megatron MLP 前向只需一次 "
+                                f"{call_text(c, torch.float64)}：rank {rank} 调用了 {calls}；Megatron MLP 前向只需一次 "
                                 "all-reduce（Row 之后的 g），反向一次（Column 之前的 f），不需要 all-gather",
                             ),
-                            what=f"collectives on rank {rank}",
-                            actual=str(counted),
-                            expected="",
+                            what=what,
+                            actual=calls,
+                            expected=ONCE_EACH_WAY,
                         )
 
 
