@@ -6,6 +6,7 @@
                      [--test-timeout S] [--engine auto|fork|process]
     python grader.py stubs [--write]     (maintainers: katas/ generated from solutions/)
     python grader.py table               (the README's kata table, from info.toml)
+    python grader.py costs               (maintainers: each kata test's cost, tests/costs.json)
 
 Each kata's tests run in a process of their own, in their own process group, under a
 wall-clock limit and a per-test limit enforced from outside, so one kata's hang or crash

@@ -5,6 +5,7 @@
               [--test-timeout S] [--engine auto|fork|process]
     grader.py stubs [--write]     (maintainers: katas/ generated from solutions/)
     grader.py table               (the README's kata table, from info.toml)
+    grader.py costs               (maintainers: each kata test's cost, tests/costs.json)
     grader.py _serve ...          (internal: a warm fork server, see judge.scheduling)
 
 Exit status: 0 when every graded kata passes, 1 otherwise, 2 when the grader could not run.
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from judge.advice import next_step, replay_line, via_make
 from judge.catalog import Kata, kata_aliases, kata_names, kata_not_named, kata_table, load_catalog, resolve_kata
+from judge.costs import COSTS, measured
 from judge.engines import default_shards
 from judge.environment import require_grading_dependencies
 from judge.errors import UsageError, usage_error
@@ -28,7 +30,7 @@ from judge.history import record_check
 from judge.language import tr
 from judge.learning import load_paths
 from judge.limits import DEFAULT, Limits
-from judge.paths import KATAS, ROOT
+from judge.paths import KATAS, ROOT, test_file
 from judge.protocol import KataResult
 from judge.reporting import head, row, timing_head, timing_row, verdict_end, width_of, write_json
 from judge.scheduling import Job, Spare, default_workers, grade_all, serve, time_all
@@ -240,6 +242,20 @@ def table_command(argv: list[str]) -> int:
     return 0
 
 
+def costs_command(argv: list[str]) -> int:
+    """(maintainers) `grader.py costs`: measure each kata test on the solutions, in one pytest
+    run on this machine (idle, for figures worth keeping), into tests/costs.json (judge.costs)."""
+    KataArgumentParser(prog="grader.py costs", description=costs_command.__doc__).parse_args(argv)
+    files = sorted({str(test_file(name).relative_to(ROOT)) for name in kata_names(load_catalog())})
+    command = [sys.executable, "-m", "pytest", *files, "--impl", "solutions", "--device", "cpu"]
+    run = subprocess.run([*command, "-q", "-p", "no:cacheprovider", "--store-costs", str(COSTS)], check=False, cwd=ROOT)
+    if run.returncode != 0:
+        print(f"the solutions' tests failed (exit {run.returncode}): {COSTS.relative_to(ROOT)} may be partial")
+        return 1
+    print(f"wrote {COSTS.relative_to(ROOT)}: {len(measured(COSTS))} tests")
+    return 0
+
+
 def serve_command(argv: list[str]) -> int:
     """(internal) `grader.py _serve`: a warm fork server, see judge.scheduling."""
     parser = argparse.ArgumentParser(prog="grader.py _serve")
@@ -253,7 +269,7 @@ def serve_command(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"stubs": stubs_command, "table": table_command, "_serve": serve_command}
+COMMANDS = {"stubs": stubs_command, "table": table_command, "costs": costs_command, "_serve": serve_command}
 
 
 def main(argv: list[str]) -> int:

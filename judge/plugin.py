@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from judge import shards, templates
+from judge import costs, shards, templates
 from judge.failures import error_kind, failure_text
 from judge.isolation import keep_to_myself
 from judge.language import pick, tr
@@ -88,6 +88,9 @@ def pytest_addoption(parser):
     )
     group.addoption("--timing-rounds", type=int, default=9, help="(grader) interleaved timing rounds")
     group.addoption(
+        "--store-costs", default=None, help="(maintainers) write each kata test's call time to this file (judge.costs)"
+    )
+    group.addoption(
         "--timing-threads", type=int, default=TIMING_THREADS, help="(grader) CPU threads for both sides of a timing"
     )
 
@@ -128,6 +131,8 @@ def begin_grade(config, zygote: Zygote | None = None) -> None:
         config.pluginmanager.register(ResultWriter(Path(results), config), "kata-results")
     else:  # the maintainers' test suite: its checks of texts read English whatever the locale
         os.environ.setdefault("KATAS_LANG", "en")
+    if config.getoption("store_costs"):
+        config.pluginmanager.register(costs.Recorder(Path(config.getoption("store_costs"))), "kata-costs")
 
 
 def real_stderr(config) -> int | None:
@@ -178,13 +183,12 @@ def pytest_generate_tests(metafunc):
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """The core tests of each kata run first (a run stopped at its first failure then says
-    which tier failed). Cases this machine cannot run are left out here, before any kata code
+    """The tests in their run order (run_order). Cases this machine cannot run are left out here, before any kata code
     loads, and reported as unavailable: never as a skip a kata could raise itself."""
     undeclared = [item.nodeid for item in items if hasattr(item.module, "SPEC") and tier_of(item)[0] is None]
     if undeclared:
         raise pytest.UsageError(f"{undeclared[0]}: a kata test declares its tier (@core or @convention(...))")
-    items.sort(key=lambda item: tier_of(item)[0] == CONVENTIONS)  # stable: core first, each in file order
+    items[:] = run_order(items)
     unavailable = [] if cuda_usable(config) else [item for item in items if item.get_closest_marker("kata_cuda")]
     if unavailable:
         config.kata_unavailable = {item.nodeid: [sentence(item), NO_CUDA] for item in unavailable}
@@ -199,6 +203,24 @@ def pytest_collection_modifyitems(session, config, items):
         left = [item for item in items if id(item) not in kept_ids]
         items[:] = kept
         config.hook.pytest_deselected(items=left)
+
+
+def run_order(items: list) -> list:
+    """Each kata's tests together (a kata process serves them all), core tests first (a run
+    stopped at its first failure then says which tier failed), each tier cheapest first
+    (judge.costs), in file order within a class of cost; other tests as they came."""
+    table = costs.measured()
+    groups: dict[str, int] = {}
+
+    def key(item) -> tuple:
+        kata = costs.is_kata_test(item)
+        group = groups.setdefault(item.module.SPEC.kata if kata else item.nodeid.split("::")[0], len(groups))
+        if not kata:
+            return group, False, 0
+        cost = costs.cost_class(costs.cost_of(costs.table_key(item.path, item.nodeid), table))
+        return group, tier_of(item)[0] == CONVENTIONS, cost
+
+    return sorted(items, key=key)
 
 
 def pytest_collection_finish(session):

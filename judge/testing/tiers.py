@@ -12,7 +12,8 @@ Every test of a kata declares its tier (`@core` or `@convention("...")`), and wi
 title in Chinese (`@core(zh="...")`, `@convention("...", zh="...")`): the English title is the
 function's name read as a sentence, shown to a learner who reads Chinese as the zh one. The plugin
 refuses a kata test module with an undeclared one and runs the core tests first, so a run
-stopped at its first failure tells which tier failed. `pass` needs both tiers.
+stopped at its first failure tells which tier failed (each tier cheapest first: judge.costs).
+`pass` needs both tiers.
 """
 
 from __future__ import annotations

@@ -41,8 +41,8 @@ lives, ONE scenario returning its trace; expected values are computed here only.
   padding not masked (99.5-100%: training and decoding pad alike), PE added before the scale or
   no scale at all (100%), padding counted in the loss (98-100%), no clipping (100%).
 
-The slips are caught by the fast tests, which run first (core tests in file order, this file
-last); the training test is not diagnosed (replaying a slip would mean training it).
+The slips are caught by the fast tests, which run first (each tier cheapest first: the training
+test, the costliest, last); the training test is not diagnosed (replaying a slip would mean training it).
 """
 
 import random
