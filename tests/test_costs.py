@@ -2,11 +2,12 @@
 cheapest first by the costs measured on the solutions, file order within a class of cost."""
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from judge import costs
-from judge.costs import UNMEASURED, cost_class, cost_of, is_kata_test, measured, table_key
+from judge.costs import UNMEASURED, Recorder, cost_class, cost_of, is_kata_test, measured, table_key
 from judge.paths import TESTS
 from judge.plugin import run_order
 from judge.testing.tiers import MARKER
@@ -87,6 +88,28 @@ def test_each_katas_tests_stay_together_and_other_tests_keep_their_order(monkeyp
         "test_softmax_conventions",
         "test_mask",
     ]
+
+
+def test_the_recorder_keeps_the_call_time_of_each_kata_test_and_the_table_reads_back(tmp_path):
+    class Report:
+        def __init__(self, nodeid, when, duration):
+            self.nodeid, self.when, self.duration = nodeid, when, duration
+
+    session = SimpleNamespace(
+        items=[Item("test_core", "core"), Item("test_a_grader_check", None, kata=None, file="test_grader.py")]
+    )
+
+    recorder = Recorder(tmp_path / "costs.json")
+    recorder.pytest_collection_finish(session)
+    for report in (
+        Report("tests/test_softmax.py::test_core", "setup", 9.0),  # the kata's loading: not the test's
+        Report("tests/test_softmax.py::test_core", "call", 0.01234),
+        Report("tests/test_grader.py::test_a_grader_check", "call", 3.0),
+    ):
+        recorder.pytest_runtest_logreport(report)
+    recorder.pytest_sessionfinish(session)
+    assert measured(tmp_path / "costs.json") == {"test_softmax.py::test_core": 12.3}
+    assert measured(tmp_path / "missing.json") == {}
 
 
 def test_every_kata_test_has_a_measured_cost(request):
