@@ -393,7 +393,7 @@ class Story:
         did not return (output, (latent, rope_key)) fails here, for the learner and a replay alike."""
         name = self.built.name
         steps = [(f"{name}({describe(self.x)})", trace["full"], None)]
-        cache = "an empty cache" if self.empty_first else "cache=None"
+        cache = pick("an empty cache", "一个空缓存") if self.empty_first else "cache=None"
         for index, ((a, b), got) in enumerate(zip(self.spans, trace["calls"])):
             given = cache if index == 0 else pick("the cache it returned", "上一次返回的缓存")
             text = pick(
