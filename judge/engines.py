@@ -38,7 +38,7 @@ from judge.isolation import (
 from judge.language import speaking
 from judge.limits import DEFAULT, Limits, limits_for
 from judge.paths import ROOT, test_file
-from judge.protocol import KataResult, Timing, read_events
+from judge.protocol import DIAGNOSED_FAILURES, KataResult, Timing, read_events
 from judge.templates import Template
 from judge.verdicts import classify
 from judge.warm import warm_up
@@ -55,7 +55,8 @@ def grade_options(path: Path, *, seed: int, results: Path, limits: Limits, first
     """The values of a grade's own pytest options (by their names in pytest's config.option),
     for the kata file at `path`: what a template's copy takes (judge.templates), and what
     pytest_args writes as flags. `first_failure` stops at the first failed test (enough to
-    reject a mutant, at a fraction of the cost)."""
+    reject a mutant, at a fraction of the cost), or, while the failures' diagnoses each name
+    several slips, at the one that names one (as a full grade shows: protocol.most_specific)."""
     return {
         "impl": str(path),
         "seed": seed,
@@ -63,7 +64,7 @@ def grade_options(path: Path, *, seed: int, results: Path, limits: Limits, first
         "results_private": PRIVATE_RESULTS,  # read through /proc/self/fd: Linux
         "memory_limit_mb": limits.memory_mb,
         "output_limit_mb": limits.output_mb,
-        "maxfail": 1 if first_failure else 0,
+        "maxfail": DIAGNOSED_FAILURES if first_failure else 0,  # and it stops sooner: plugin.stop_early
     }
 
 

@@ -35,6 +35,7 @@ from judge.loading import load_kata, restore_torch_state, torch_state
 from judge.paths import SOLUTIONS
 from judge.protocol import (
     PRINTED_CUT,
+    SEVERAL,
     Begin,
     Collected,
     ErrorKind,
@@ -359,7 +360,18 @@ def pytest_runtest_makereport(item, call):
         if refused:  # a refusal the kata swallowed (or met in a thread) decides what went wrong
             report.kata_error = (ErrorKind.FORBIDDEN, "ForbiddenCallError", refused[0][:MESSAGE_LIMIT])
             report.kata_diagnosis = []
+        stop_early(item, report)
     return report
+
+
+def stop_early(item, report) -> None:
+    """A grade that stops early (--maxfail, a mutant's) stops at a failure that settles what a
+    full grade would show (protocol.most_specific): one whose diagnosis names one slip, or
+    none; past one that names several, it goes on (to --maxfail failures) for one that names
+    one, as the learner's full grade would."""
+    diagnosis = getattr(report, "kata_diagnosis", [])
+    if item.config.getoption("maxfail") and not (diagnosis and diagnosis[0].startswith(SEVERAL)):
+        item.session.shouldfail = "stopped at a failure that settles the diagnosis"
 
 
 def as_convention(item, error: tuple[ErrorKind, str, str]) -> tuple[ErrorKind, str, str]:

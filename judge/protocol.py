@@ -70,6 +70,9 @@ STALE_ERRORS = ("NameError", "UnboundLocalError", "ImportError", "ModuleNotFound
 
 # How a diagnosis names known slips (judge.testing.diagnosis writes them, verdicts choose).
 SINGLE, SEVERAL = "looks like: ", "looks like one of: "
+# Failures diagnosed per run, at most (judge.testing.diagnosis stops at the first that names a
+# single slip): also how far a grade that stops early goes past failures that name several.
+DIAGNOSED_FAILURES = 3
 
 
 def most_specific(diagnoses: list[list[str]]) -> list[str]:
@@ -146,8 +149,8 @@ class TestReport(Event):
 
 @dataclass
 class Finish(Event):
-    """pytest's exit status; written last. stopped: the run stopped at its first failure, as
-    asked (--maxfail=1, for mutants): the tests after it did not run."""
+    """pytest's exit status; written last. stopped: the run stopped early, as asked (--maxfail,
+    for mutants: plugin.stop_early): the tests after its last failure did not run."""
 
     tag: ClassVar[str] = "finish"
     exitstatus: int

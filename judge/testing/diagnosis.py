@@ -31,12 +31,12 @@ from judge.forbidden import ForbiddenCallError
 from judge.language import pick, tr
 from judge.loading import KataLoadError, TorchStateChanged
 from judge.mutants import MutantError, load_mutants
-from judge.protocol import SEVERAL, SINGLE
+from judge.protocol import DIAGNOSED_FAILURES, SEVERAL, SINGLE
 from judge.testing.checks import Mismatch
 from judge.testing.tolerances import SINGLE_OP
 from judge.testing.world_batch import batched
 
-ATTEMPTS = 3  # failures diagnosed per run, at most; it stops at the first that names a single slip
+ATTEMPTS = DIAGNOSED_FAILURES  # failures diagnosed per run, at most; it stops at the first that names a single slip
 MAX_SLIPS_NAMED = 2
 
 
