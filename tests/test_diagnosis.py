@@ -6,11 +6,13 @@ import json
 import math
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from judge.paths import ROOT
+from judge.plugin import stop_early
 from judge.protocol import SEVERAL, SINGLE, most_specific
 from judge.testing import diagnosis
 from judge.testing import checks
@@ -172,3 +174,21 @@ def test_watch_and_mock_show_the_diagnosis():
     )
     lines = verdict_block(result, label="causal_mask", seed=1, colour=False, latency=None)
     assert "    looks like: A slip." in lines
+
+
+@pytest.mark.parametrize(
+    "maxfail, diagnosis, stops",
+    [
+        (3, [SINGLE + "A."], True),  # settled: a full grade shows this one
+        (3, [], True),  # nothing to name: the verdict is settled all the same
+        (3, [SEVERAL + "A. / B."], False),  # a later failure may name one (most_specific)
+        (0, [SINGLE + "A."], False),  # a full grade runs every test
+    ],
+)
+def test_a_grade_that_stops_early_goes_past_a_failure_that_names_several_slips(maxfail, diagnosis, stops):
+    item = SimpleNamespace(
+        config=SimpleNamespace(getoption=lambda name: {"maxfail": maxfail}[name]),
+        session=SimpleNamespace(shouldfail=False),
+    )
+    stop_early(item, SimpleNamespace(kata_diagnosis=diagnosis))
+    assert bool(item.session.shouldfail) == stops
