@@ -184,9 +184,10 @@ def pytest_generate_tests(metafunc):
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """The tests in their run order (run_order). Cases this machine cannot run are left out here, before any kata code
-    loads, and reported as unavailable: never as a skip a kata could raise itself."""
-    undeclared = [item.nodeid for item in items if hasattr(item.module, "SPEC") and tier_of(item)[0] is None]
+    """The tests in their run order (run_order). Cases this machine cannot run are left out
+    here, before any kata code loads, and reported as unavailable: never as a skip a kata
+    could raise itself."""
+    undeclared = [item.nodeid for item in items if costs.is_kata_test(item) and tier_of(item)[0] is None]
     if undeclared:
         raise pytest.UsageError(f"{undeclared[0]}: a kata test declares its tier (@core or @convention(...))")
     items[:] = run_order(items)

@@ -219,10 +219,15 @@ def play(kata, cases, seed: int) -> Iterator[tuple]:
     return play_by_world(kata, played, prepared, lambda c, w: dict(c, weights=w), SPEC)
 
 
+def rank_plays(implementation, c, w) -> list:
+    """[each rank's play] of case `c` with weights `w`, where `implementation` lives (a replay's)."""
+    return [play[0] for play in played(implementation, c["world"], [dict(c, weights=w)])]
+
+
 def replay_of(c, w):
     def replay(implementation):
-        plays = played(implementation, c["world"], [dict(c, weights=w)])
-        return {f"{what} on rank {rank}": value for rank, play in enumerate(plays) for what, value in play[0].items()}
+        plays = rank_plays(implementation, c, w)
+        return {f"{what} on rank {rank}": value for rank, play in enumerate(plays) for what, value in play.items()}
 
     return replay
 
@@ -315,7 +320,7 @@ def test_the_megatron_mlp_all_reduces_once_each_way(kata, seed):
         for _, w, plays in play(kata, [c], seed):
 
             def replay(implementation, c=c, w=w) -> dict:
-                return counted([got[0] for got in played(implementation, c["world"], [dict(c, weights=w)])])
+                return counted(rank_plays(implementation, c, w))
 
             with c.judged(), SPEC.diagnosing(replay, sizes=c):
                 for rank, (what, calls) in enumerate(counted(plays).items()):
