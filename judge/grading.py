@@ -40,7 +40,7 @@ from judge.stubs import StubError, refresh_stubs
 
 class KataArgumentParser(argparse.ArgumentParser):
     def error(self, message: str):
-        raise usage_error(message, "python grader.py")
+        raise usage_error(message, f"python {self.prog}")  # a subcommand's own --help: "grader.py costs"
 
 
 def parse_grade_args(argv: list[str], catalog: list[Kata]) -> argparse.Namespace:
@@ -48,7 +48,7 @@ def parse_grade_args(argv: list[str], catalog: list[Kata]) -> argparse.Namespace
     parser = KataArgumentParser(
         prog="grader.py",
         description="Grade the katas against PyTorch.",
-        epilog="Other commands: python grader.py stubs [--write] | table",
+        epilog="Other commands: python grader.py stubs [--write] | table | costs",
     )
     parser.add_argument(
         "--impl",

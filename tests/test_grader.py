@@ -269,6 +269,15 @@ def test_bad_input_is_one_line_and_exit_2(args, words):
     assert len(lines) == 1 and words in lines[0], run.stderr
 
 
+@pytest.mark.parametrize("command", ["stubs", "table", "costs"])
+def test_a_bad_option_of_a_maintainers_command_points_to_its_own_help(command):
+    run = run_grader(command, "--bogus")
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines() == [
+        f"grader.py: error: unrecognized arguments: --bogus (see: python grader.py {command} --help)"
+    ], run.stderr
+
+
 @pytest.mark.parametrize("readme, lang", [("README.md", "en"), ("README.zh-CN.md", "zh")])
 def test_readme_kata_table_matches_info_toml(readme, lang):
     text = (ROOT / readme).read_text(encoding="utf-8")
