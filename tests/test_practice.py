@@ -213,7 +213,10 @@ def test_watch_poll_grades_each_real_change_once_and_records_it(places):
     assert records[0]["sha"] != records[1]["sha"]
 
 
-def test_ctrl_c_stops_watch_with_a_one_line_goodbye(tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["Ctrl-C", "kill", "hang-up"])
+def test_ctrl_c_stops_watch_with_a_one_line_goodbye(tmp_path, stop):
+    """Ctrl-C, and `kill` or a closed terminal as well: each is a stop that cleans up (the
+    terminal test checks that a stopped watch leaves nothing in the temporary directory)."""
     (tmp_path / "katas").mkdir()
     env = dict(os.environ, KATAS_DIR=str(tmp_path / "katas"), KATAS_STATE=str(tmp_path / "state"))
     process = subprocess.Popen(
@@ -229,7 +232,7 @@ def test_ctrl_c_stops_watch_with_a_one_line_goodbye(tmp_path):
     )
     try:
         assert "Watching" in process.stdout.readline() + process.stdout.readline()
-        process.send_signal(signal.SIGINT)
+        process.send_signal(stop)
         stdout, stderr = process.communicate(timeout=20)
     finally:
         process.kill()

@@ -27,12 +27,16 @@ ENGLISH = re.compile(r"\b(?:the|passed?|fail(?:ed)?|tests?|next|review|kata|scor
 class Terminal:
     """A practice command on a pseudo-terminal: what it shows, read until a pattern appears."""
 
-    def __init__(self, *args: str, state: Path, katas: Path | None = None, script: str = "practice.py"):
+    def __init__(
+        self, *args: str, state: Path, katas: Path | None = None, script: str = "practice.py", tmp: Path | None = None
+    ):
         self.main, secondary = pty.openpty()
         env = dict(os.environ, KATAS_STATE=str(state), KATAS_LANG="zh", TERM="xterm")
         env.pop("NO_COLOR", None)
         if katas is not None:
             env["KATAS_DIR"] = str(katas)
+        if tmp is not None:  # where its grades make their folders
+            env["TMPDIR"] = str(tmp)
         self.process = subprocess.Popen(
             [sys.executable, str(ROOT / script), *args],
             cwd=ROOT,
@@ -150,7 +154,9 @@ def test_grade_check_hint_watch_and_mock_speak_chinese_in_a_terminal(tmp_path):
     seen["hint"] = run("hint", "--kata", "softmax", state=state, katas=katas)
     assert "第 1 条提示" in seen["hint"]
 
-    watch = Terminal("watch", "--kata", "causal_mask", "--seed", "3", "--no-timing", state=state, katas=katas)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    watch = Terminal("watch", "--kata", "causal_mask", "--seed", "3", "--no-timing", state=state, katas=katas, tmp=tmp)
     try:
         watch.read_until("就绪")
         (katas / "causal_mask.py").write_text(slip("causal_mask", "diagonal_blocked"))
@@ -160,7 +166,9 @@ def test_grade_check_hint_watch_and_mock_speak_chinese_in_a_terminal(tmp_path):
     finally:
         watch.close()
 
-    mock = Terminal("mock", "--n", "1", "--seed", "5", "--minutes", "5", "--no-timing", state=state, katas=katas)
+    mock = Terminal(
+        "mock", "--n", "1", "--seed", "5", "--minutes", "5", "--no-timing", state=state, katas=katas, tmp=tmp
+    )
     try:
         mock.read_until("判题器在开始后 .* 秒就绪")
         [stub] = (state / "mock").glob("*/*.py")
@@ -171,3 +179,5 @@ def test_grade_check_hint_watch_and_mock_speak_chinese_in_a_terminal(tmp_path):
 
     left = {command: found for command, shown in seen.items() if (found := english_prose(shown))}
     assert not left, f"English prose in the Chinese output: {left}"
+    # the watch was stopped by SIGTERM while a grade stood by for the next save: it cleaned up
+    assert not sorted(p.name for p in tmp.glob("kata-*")), "a stopped watch or mock left its grades' folders"

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import signal
 import sys
 
 from judge.environment import require_grading_dependencies
@@ -165,11 +167,34 @@ COMMANDS = {
 }
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # `kill`, a closed terminal or tmux pane
+
+
+def stop_as_on_ctrl_c() -> None:
+    """SIGTERM and SIGHUP stop a grading command as Ctrl-C does, so it cleans up: the grade
+    standing by for the next save (its folder in the temporary directory), a mock's report.
+    Left to their default, they ended the process on the spot and left the folder behind. The
+    judge's forked processes get the default back: a kata that signals itself is graded alike
+    wherever it was forked from."""
+
+    def interrupt(number, frame):
+        raise KeyboardInterrupt
+
+    def defaults() -> None:
+        for number in STOP_SIGNALS:
+            signal.signal(number, signal.SIG_DFL)
+
+    for number in STOP_SIGNALS:
+        signal.signal(number, interrupt)
+    os.register_at_fork(after_in_child=defaults)
+
+
 def main(argv: list[str]) -> int:
     try:
         args = parse_args(argv)
         if args.command in GRADING_COMMANDS:
             require_grading_dependencies()
+            stop_as_on_ctrl_c()
         return COMMANDS[args.command](args, Places.default())
     except UsageError as error:
         print(tr("{command}: error: {message}", command="practice.py", message=error), file=sys.stderr)
