@@ -1,4 +1,5 @@
 """Broken causal_mask: right, but at import it starts a daemon that leaves its session (setsid) and its parent, to outlive the grade. Expected verdict: pass, and the daemon is dead when the grade ends."""
+
 import os
 import time
 
