@@ -214,7 +214,7 @@ def test_watch_poll_grades_each_real_change_once_and_records_it(places):
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["Ctrl-C", "kill", "hang-up"])
-def test_ctrl_c_stops_watch_with_a_one_line_goodbye(tmp_path, stop):
+def test_ctrl_c_kill_or_hang_up_stops_watch_with_a_one_line_goodbye(tmp_path, stop):
     """Ctrl-C, and `kill` or a closed terminal as well: each is a stop that cleans up (the
     terminal test checks that a stopped watch leaves nothing in the temporary directory)."""
     (tmp_path / "katas").mkdir()

@@ -180,4 +180,5 @@ def test_grade_check_hint_watch_and_mock_speak_chinese_in_a_terminal(tmp_path):
     left = {command: found for command, shown in seen.items() if (found := english_prose(shown))}
     assert not left, f"English prose in the Chinese output: {left}"
     # the watch was stopped by SIGTERM while a grade stood by for the next save: it cleaned up
-    assert not sorted(p.name for p in tmp.glob("kata-*")), "a stopped watch or mock left its grades' folders"
+    left_behind = sorted(p.name for p in tmp.glob("kata-*"))
+    assert not left_behind, f"a stopped watch or mock left its grades' folders: {left_behind}"
