@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -68,20 +69,26 @@ class Spare:
 
 
 class Server:
-    """The grader's end of one fork server."""
+    """The grader's end of one fork server. The server makes its grades' folders in one of
+    this end's (its TMPDIR), which close removes: a kata that kills the server leaves none."""
 
     def __init__(self, *, device: str, limits: Limits, threads: int | None, env: dict | None = None, shards: int = 1):
         self.limits = limits
         command = [sys.executable, str(ROOT / "grader.py"), "_serve", "--device", device, "--shards", str(shards)]
         command += ["--time-limit", str(limits.time_limit), "--test-timeout", str(limits.test_timeout)]
-        self.process = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=kata_env(threads, env),
-        )
+        self.scratch = tempfile.mkdtemp(prefix="kata-server-")
+        try:
+            self.process = subprocess.Popen(
+                command,
+                cwd=ROOT,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=kata_env(threads, env) | {"TMPDIR": self.scratch},
+            )
+        except BaseException:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            raise
         self.buffer = b""
 
     def ask(self, request: dict, timeout: float) -> dict:
@@ -128,6 +135,7 @@ class Server:
     def close(self) -> None:
         self.process.kill()
         self.process.wait()
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def serve(device: str, limits: Limits, requests, answers, *, shards: int = 1) -> None:

@@ -216,18 +216,20 @@ def broken_as(kata: str, broken: str) -> str:
 
 @pytest.fixture(scope="module")
 def graded_in_one_run(tmp_path_factory):
-    """(the run, its JSON report): IN_ONE_RUN graded with the sandbox off, to prove the walls
-    behind it (the sandbox refuses a kata's signals to other processes)."""
+    """(the run, its JSON report, the temporary files' folder it was given): IN_ONE_RUN graded
+    with the sandbox off, to prove the walls behind it (the sandbox refuses a kata's signals to
+    other processes)."""
     impl, out = tmp_path_factory.mktemp("attempt"), tmp_path_factory.mktemp("report") / "result.json"
+    scratch = tmp_path_factory.mktemp("tmp")
     for kata, broken in IN_ONE_RUN:
         text = broken_as(kata, broken) if broken else (ROOT / "solutions" / f"{kata}.py").read_text()
         (impl / f"{kata}.py").write_text(text)
     katas = [arg for kata, _ in IN_ONE_RUN for arg in ("--kata", kata)]
     run = run_grader(
         "--impl", str(impl), *katas, "--jobs", "1", "--no-timing", "--json", str(out), "--device", "cpu",
-        env={"KATAS_SANDBOX": "off"},
+        env={"KATAS_SANDBOX": "off", "TMPDIR": str(scratch)},
     )  # fmt: skip
-    return run, json.loads(out.read_text()) if out.exists() else None
+    return run, json.loads(out.read_text()) if out.exists() else None, scratch
 
 
 @pytest.mark.timeout(300)
@@ -235,12 +237,20 @@ def graded_in_one_run(tmp_path_factory):
 def test_one_broken_kata_does_not_stop_the_others(graded_in_one_run, broken):
     """Whatever the kata does to its own process or to the processes above it, the grade goes
     on and the JSON report is written: the kata before it and the kata after it pass."""
-    run, report = graded_in_one_run
+    run, report, _ = graded_in_one_run
     assert run.returncode == 1 and report is not None, run.stdout + run.stderr
     assert [k["name"] for k in report["katas"]] == [kata for kata, _ in IN_ONE_RUN]
     statuses = [k["status"] for k in report["katas"]]
     place = next(n for n, (_, given) in enumerate(IN_ONE_RUN) if given == broken)
     assert statuses[place - 1 : place + 2] == ["pass", "crash", "pass"], list(zip(IN_ONE_RUN, statuses))
+
+
+def test_a_killed_fork_server_leaves_no_temporary_folder(graded_in_one_run):
+    """The grades of a fork server that a kata killed (kills_the_fork_server) leave nothing in
+    the temporary files' folder: their folders are under one of the grader's, which it removes."""
+    run, _, scratch = graded_in_one_run
+    left = sorted(path.name for path in scratch.iterdir())
+    assert not left, f"the grader left these in its temporary files' folder: {left}"
 
 
 @pytest.mark.timeout(300)
