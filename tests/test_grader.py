@@ -248,7 +248,7 @@ def test_one_broken_kata_does_not_stop_the_others(graded_in_one_run, broken):
 def test_a_killed_fork_server_leaves_no_temporary_folder(graded_in_one_run):
     """The grades of a fork server that a kata killed (kills_the_fork_server) leave nothing in
     the temporary files' folder: their folders are under one of the grader's, which it removes."""
-    run, _, scratch = graded_in_one_run
+    *_, scratch = graded_in_one_run
     left = sorted(path.name for path in scratch.iterdir())
     assert not left, f"the grader left these in its temporary files' folder: {left}"
 
