@@ -245,6 +245,7 @@ def test_one_broken_kata_does_not_stop_the_others(graded_in_one_run, broken):
     assert statuses[place - 1 : place + 2] == ["pass", "crash", "pass"], list(zip(IN_ONE_RUN, statuses))
 
 
+@pytest.mark.timeout(300)  # as its neighbour's: whichever test runs first builds the one-run fixture
 def test_a_killed_fork_server_leaves_no_temporary_folder(graded_in_one_run):
     """The grades of a fork server that a kata killed (kills_the_fork_server) leave nothing in
     the temporary files' folder: their folders are under one of the grader's, which it removes."""
